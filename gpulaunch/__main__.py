@@ -1,0 +1,3 @@
+from gpulaunch.cli import main
+
+main()
