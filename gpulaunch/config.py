@@ -1,0 +1,360 @@
+"""The gpulaunch.yaml schema (pydantic v2) and loading with field-path errors.
+
+Importing this module imports pydantic; the CLI imports it lazily inside the commands
+that need a config so `gpulaunch --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.yamlio import read_yaml_file
+
+CONFIG_NAME = "gpulaunch.yaml"
+SCHEMA_VERSION = 1
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_APT_PKG = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+:~\-]+)?$")
+_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_GPU_LIST = re.compile(
+    r"^(\d+|GPU-[0-9a-fA-F-]+|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+    r"(,(\d+|GPU-[0-9a-fA-F-]+|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]))*$"
+)
+_MOUNT = re.compile(r"^[^:]+:/[^:]*(:(ro|rw))?$")
+
+NcclPreset = Literal["auto", "nvlink", "pcie", "ib-gdr", "tcp", "debug", "safe", "none"]
+NumaMode = Literal["auto", "off", "node", "socket"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+Network = Literal["default", "host", "none"]
+
+
+def _no_control_chars(value: str) -> str:
+    if any(ord(c) < 32 and c != "\t" for c in value):
+        raise ValueError("must be a single line (no newlines or control characters)")
+    return value
+
+
+def _check_env(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        if not _ENV_KEY.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+        _no_control_chars(value)
+    return env
+
+
+def _project_relative(value: str) -> str:
+    path = PurePosixPath(value)
+    if path.is_absolute() or ".." in path.parts or "\\" in value:
+        raise ValueError(f"{value!r} must be a relative path inside the project")
+    return _no_control_chars(value)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class PipSettings(_Model):
+    index_url: str | None = Field(None, description="Replaces PyPI for requirements.")
+    extra_index_urls: list[str] = Field(default_factory=list)
+    find_links: list[str] = Field(
+        default_factory=list,
+        description="Wheelhouse folders inside the project (air-gapped builds).",
+    )
+    no_index: bool = Field(False, description="Install only from find_links (no network).")
+
+    @field_validator("find_links")
+    @classmethod
+    def _links(cls, value: list[str]) -> list[str]:
+        return [_project_relative(v) for v in value]
+
+    @field_validator("index_url", "extra_index_urls")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        for url in [value] if isinstance(value, str) else value or []:
+            _no_control_chars(url)
+            if not re.match(r"^(https?|file)://\S+$", url):
+                raise ValueError(f"{url!r} is not an http(s):// or file:// URL")
+        return value
+
+
+class ImageSettings(_Model):
+    python: str | None = Field(None, description='Python version, e.g. "3.11".')
+    torch: str | None = Field(None, description='PyTorch version; "none" for no torch.')
+    torch_extras: list[Literal["torchvision", "torchaudio"]] = Field(
+        default_factory=list, description="Installed with the pins matching torch."
+    )
+    cuda: str | None = Field(None, description='"12.4", "12.4.1" or "cpu"; derived when absent.')
+    cudnn: str | None = Field(None, description='"8" or "9": a cuDNN base image (rarely needed).')
+    os: str | None = Field(None, description='"ubuntu22.04", "ubuntu24.04", ...')
+    flavor: Literal["runtime", "devel", "ngc", "cpu"] = "runtime"
+    base: str | None = Field(None, description="Explicit base image; skips the catalog's choice.")
+    system_packages: list[str] = Field(default_factory=list)
+    requirements: str | None = Field(
+        None, description="requirements.txt or pyproject.toml, relative to the project."
+    )
+    pip: PipSettings = Field(default_factory=PipSettings)
+    ca_cert: str | None = Field(None, description="Extra CA certificate (PEM) in the project.")
+    env: dict[str, str] = Field(default_factory=dict)
+    run: list[str] = Field(default_factory=list, description="Extra build steps (shell).")
+
+    @field_validator("python", "torch", "cuda", "cudnn", "os")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9.+_-]+$", value):
+            raise ValueError(f"{value!r} is not a version string")
+        return value
+
+    @field_validator("base")
+    @classmethod
+    def _base(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", value):
+            raise ValueError(f"{value!r} is not an image reference")
+        return value
+
+    @field_validator("system_packages")
+    @classmethod
+    def _packages(cls, value: list[str]) -> list[str]:
+        for pkg in value:
+            if not _APT_PKG.match(pkg):
+                raise ValueError(f"{pkg!r} is not a valid Debian/Ubuntu package name")
+        return value
+
+    @field_validator("requirements", "ca_cert")
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return None if value is None else _project_relative(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value)
+
+    @field_validator("run")
+    @classmethod
+    def _run(cls, value: list[str]) -> list[str]:
+        for step in value:
+            if not step.strip():
+                raise ValueError("build steps must not be empty")
+        return value
+
+
+class BuildSettings(_Model):
+    network: Network = Field("default", description="Network for RUN steps during the build.")
+
+
+class DockerOptions(_Model):
+    """docker run options a profile may set."""
+
+    shm_size: str | None = Field(None, description='e.g. "16g"; used instead of ipc=host.')
+    ipc: Literal["host", "private", "shareable"] | None = None
+    network: Network | None = None
+    cap_add: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    ulimits: dict[str, int] = Field(default_factory=dict)
+    cpuset_cpus: str | None = None
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^\d+[bkmgBKMG]?$", value):
+            raise ValueError(f"{value!r} is not a size like 16g")
+        return value
+
+
+class ProfileSpec(_Model):
+    """A launch profile; `extends` composes profiles (built-in or user)."""
+
+    extends: str | None = None
+    description: str | None = None
+    nccl: NcclPreset | None = None
+    numa: NumaMode | None = None
+    precision: Precision | None = None
+    expandable_segments: bool | None = Field(
+        None, description="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation)."
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    docker: DockerOptions = Field(default_factory=DockerOptions)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value)
+
+
+class LaunchSettings(_Model):
+    gpus: int | str = Field(1, description='Count, "all", "0,2", or 0 for CPU.')
+    nproc: int | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
+    profile: str = "default"
+    nccl: NcclPreset | None = None
+    numa: NumaMode | None = None
+    precision: Precision | None = None
+    network: Network = "default"
+    env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[str] = Field(default_factory=list, description='"host:container[:ro]"')
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> int | str:
+        return parse_gpus(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        for mount in value:
+            _no_control_chars(mount)
+            if not _MOUNT.match(mount):
+                raise ValueError(f"{mount!r} is not host:/container[:ro]")
+        return value
+
+
+class ProjectConfig(_Model):
+    version: Literal[1] = Field(1, description="Schema version of gpulaunch.yaml.")
+    name: str = Field(description="Image repository name.")
+    image: ImageSettings = Field(default_factory=ImageSettings)
+    build: BuildSettings = Field(default_factory=BuildSettings)
+    launch: LaunchSettings = Field(default_factory=LaunchSettings)
+    profiles: dict[str, ProfileSpec] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value) or len(value) > 128:
+            raise ValueError(
+                f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
+            )
+        return value
+
+
+def parse_gpus(value: Any) -> int | str:
+    """Normalise a GPU request: int count, "all", or a comma list of indices/UUIDs/bus ids."""
+    if isinstance(value, bool):
+        raise ValueError("must be a count, 'all' or a list like '0,2'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    text = str(value).strip().replace(" ", "")
+    if text.isdigit():
+        return int(text)
+    if text == "all" or _GPU_LIST.match(text):
+        return text
+    raise ValueError(f"{value!r} is not a count, 'all' or a list like '0,2'")
+
+
+def sanitize_name(text: str) -> str:
+    """Turn a folder name into a valid image repository name."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("._-")
+    name = re.sub(r"[._-]{2,}", "-", name)
+    return name or "project"
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before", "int", "str", "literal"):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validation_message(err: ValidationError, model: type[BaseModel] = ProjectConfig) -> str:
+    """First pydantic error as `field.path: reason` (one line)."""
+    first = err.errors()[0]
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and "[" in p))
+    path = _format_loc(loc) or "gpulaunch.yaml"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        parent = _resolve_model(model, loc[:-1])
+        valid = ", ".join(parent.model_fields) if parent else ""
+        reason = "unknown field" + (f" (valid: {valid})" if valid else "")
+    elif kind == "missing":
+        reason = "required field is missing"
+    else:
+        reason = str(first["msg"]).removeprefix("Value error, ")
+        if kind == "literal_error" and "input" in first:
+            reason = f"{first['input']!r} is not allowed; {reason.lower()}"
+    more = len(err.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{path}: {reason}{suffix}"
+
+
+def _resolve_model(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None or isinstance(part, int):
+            continue
+        field = current.model_fields.get(str(part))
+        if field is None:
+            # dict[str, Model] entries: the key is a user name
+            continue
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    return current
+
+
+def validate_data(data: Any, source: str = CONFIG_NAME) -> ProjectConfig:
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else type(data).__name__
+        raise ConfigError(f"{source}: top level must be a mapping of settings, got {kind}")
+    if "version" in data and data["version"] not in (1, "1"):
+        raise ConfigError(
+            f"version: {data['version']!r} is not supported by this gpulaunch (supports 1)"
+        )
+    try:
+        return ProjectConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(validation_message(err)) from None
+
+
+def load_config(path: Path) -> ProjectConfig:
+    """Load and validate gpulaunch.yaml; every problem is a one-line ConfigError."""
+    return validate_data(read_yaml_file(path), str(path.name))
+
+
+def find_config(explicit: Path | None, cwd: Path) -> Path:
+    """The config path: --config, else ./gpulaunch.yaml."""
+    if explicit is not None:
+        return explicit
+    return cwd / CONFIG_NAME
+
+
+def json_schema() -> dict[str, Any]:
+    schema = ProjectConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpulaunch.yaml"
+    return schema
+
+
+def dump_config(config: ProjectConfig) -> str:
+    """YAML text for a config, omitting defaults, with versions kept as quoted strings."""
+    import yaml
+
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    data = {"version": SCHEMA_VERSION, **data}
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = '"' if re.match(r"^[\d.]+$", value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    _Dumper.add_representer(str, _str)
+    return str(yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False))

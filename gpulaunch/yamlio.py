@@ -1,0 +1,128 @@
+"""Safe YAML reading and atomic file writing.
+
+Hostile input (alias bombs, huge or binary files, non-UTF-8, deep nesting) becomes a
+`ConfigError` with a one-line reason. Floats are never produced: `torch: 2.10` stays the
+string "2.10" because gpulaunch.yaml has no float fields and versions must not lose digits.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.errors import ConfigError, FileExistsRefusal
+
+MAX_BYTES = 1024 * 1024  # a config larger than 1 MiB is not a config
+MAX_NODES = 100_000  # expanded node count; stops alias bombs ("billion laughs")
+
+
+def _loader_class() -> type:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    # Drop the implicit float resolver: "2.10" must not become 2.1.
+    _Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return _Loader
+
+
+def _expanded_size(obj: Any, memo: dict[int, int], depth: int = 0) -> int:
+    if depth > 200:
+        raise ConfigError("nesting is deeper than 200 levels")
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    if isinstance(obj, dict):
+        size = 1 + sum(
+            _expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1)
+            for k, v in obj.items()
+        )
+    elif isinstance(obj, list):
+        size = 1 + sum(_expanded_size(v, memo, depth + 1) for v in obj)
+    else:
+        size = 1
+    if isinstance(obj, (dict, list)):
+        memo[key] = size
+    if size > MAX_NODES:
+        raise ConfigError(f"expands to more than {MAX_NODES} values (alias bomb?)")
+    return size
+
+
+def parse_yaml_text(text: str, source: str) -> Any:
+    """Parse YAML text into plain data; every failure is a ConfigError naming `source`."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_loader_class())
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = err.problem or str(err)
+        if "'\\t'" in str(err) or "tab" in problem.lower():
+            problem = "tabs are not allowed for indentation in YAML; use spaces"
+        raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: invalid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: YAML nesting is too deep") from None
+    try:
+        _expanded_size(data, {})
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err.message}") from None
+    return data
+
+
+def read_yaml_file(path: Path) -> Any:
+    """Read a YAML file with size, encoding and binary checks."""
+    source = str(path)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file (run `gpulaunch init` first?)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, expected a YAML file") from None
+    except OSError as err:
+        raise ConfigError(f"{source}: cannot read: {err.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB")
+    if b"\x00" in raw:
+        raise ConfigError(f"{source}: looks like a binary file (contains NUL bytes)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
+    return parse_yaml_text(text, source)
+
+
+def atomic_write(path: Path, content: str, *, force: bool = False, mode: int = 0o644) -> None:
+    """Write `content` to `path` via a temp file + rename, refusing to overwrite unless forced.
+
+    A crash or a full disk never leaves a half-written file at `path`.
+    """
+    if path.exists() and not force:
+        raise FileExistsRefusal(f"{path}: already exists; use --force to overwrite")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write: {err.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise ConfigError(f"{path}: cannot write: {err.strerror}") from None
+        raise

@@ -1,0 +1,52 @@
+"""Shared fixtures: an isolated environment for every test and the real-engine gate."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("TERM", "dumb")
+    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(tmp_path / "_state"))
+    for key in list(os.environ):
+        if (
+            key.startswith("GPULAUNCH_")
+            and key
+            not in (
+                "GPULAUNCH_REQUIRE_DOCKER",
+                "GPULAUNCH_STATE_DIR",
+            )
+            and not key.startswith("GPULAUNCH_TEST_")
+        ):
+            monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    yield project
+
+
+def snapshot(tree: Path) -> dict[str, bytes]:
+    """All files under a folder with their bytes, to prove nothing was written or changed."""
+    return {
+        str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()
+    }
