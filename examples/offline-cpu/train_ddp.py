@@ -1,0 +1,40 @@
+"""DDP example: one process per GPU (torchrun starts them); gloo on CPU, nccl on GPU.
+
+Each rank contributes rank+1 to an all-reduce; the sum must be n(n+1)/2 everywhere.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+
+    value = torch.tensor([float(rank + 1)], device=device)
+    dist.all_reduce(value)
+    expected = world * (world + 1) / 2
+    assert value.item() == expected, (value.item(), expected)
+
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Linear(8, 1).to(device), device_ids=[local_rank] if use_cuda else None
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(20):
+        opt.zero_grad()
+        loss = model(torch.randn(32, 8, device=device)).pow(2).mean()
+        loss.backward()
+        opt.step()
+    print(f"rank {rank}/{world} all_reduce={value.item():.0f} expected={expected:.0f} ok")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

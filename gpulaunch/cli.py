@@ -1,0 +1,433 @@
+"""Thin typer commands: parse, call one core function, map domain errors in one place.
+
+Heavy modules (docker, jinja2, pydantic, NVML) are imported inside the commands that need
+them so `gpulaunch --help` starts as fast as a bare typer app.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from gpulaunch import __version__
+from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
+
+app = typer.Typer(
+    name="gpulaunch",
+    help="Build checked PyTorch GPU images and launch training in them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _State:
+    debug = False
+
+
+STATE = _State()
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def handle_errors(fn: F) -> F:
+    """Map GpulaunchError to its exit code with a one-line message; tracebacks only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except GpulaunchError as err:
+            if STATE.debug:
+                traceback.print_exc()
+            _err(f"gpulaunch: error: {err.message}")
+            if err.hint:
+                _err(f"hint: {err.hint}")
+            raise typer.Exit(int(err.exit_code)) from None
+        except KeyboardInterrupt:
+            _err("gpulaunch: interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except Exception as err:
+            if STATE.debug:
+                raise
+            _err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
+            raise typer.Exit(int(ExitCode.FAILURE)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"gpulaunch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show Python tracebacks for errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Build checked PyTorch GPU images and launch training in them."""
+    STATE.debug = debug
+
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Path to gpulaunch.yaml (default: ./gpulaunch.yaml)."),
+]
+
+
+def _load(config: Path | None) -> tuple[Any, Path]:
+    from gpulaunch.config import find_config, load_config
+
+    path = find_config(config, Path.cwd())
+    return load_config(path), path.resolve().parent
+
+
+@app.command()
+@handle_errors
+def init(
+    directory: Annotated[Path, typer.Argument(help="Project folder.")] = Path("."),
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="No prompts; use flags/detection.")
+    ] = False,
+    torch: Annotated[str | None, typer.Option(help='PyTorch version, or "none".')] = None,
+    cuda: Annotated[str | None, typer.Option(help='CUDA version like "12.4", or "cpu".')] = None,
+    python: Annotated[str | None, typer.Option(help='Python version like "3.11".')] = None,
+    flavor: Annotated[
+        str | None, typer.Option(help="runtime | devel | ngc | cpu (default: runtime).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Image name (default: folder name).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing gpulaunch.yaml.")] = False,
+) -> None:
+    """Write a validated gpulaunch.yaml (and a .dockerignore) for a project."""
+    from gpulaunch.initcmd import InitOptions, run_init
+
+    interactive = not yes
+    if interactive and not sys.stdin.isatty():
+        raise ConfigError("init: stdin is not a terminal; pass --yes (with --torch/--cuda/...)")
+    result = run_init(
+        InitOptions(
+            directory=directory,
+            torch=torch,
+            cuda=cuda,
+            python=python,
+            flavor=flavor,
+            name=name,
+            force=force,
+            interactive=interactive,
+        )
+    )
+    for note in result.notes:
+        _err(note)
+    typer.echo(f"wrote {result.config_path}")
+    if result.dockerignore_written:
+        typer.echo(f"wrote {result.dockerignore_path}")
+    typer.echo(f"image: {result.summary}")
+
+
+@app.command()
+@handle_errors
+def render(
+    config: ConfigOpt = None,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="File to write, or - for stdout.")
+    ] = "-",
+    builder: Annotated[
+        str, typer.Option(help="buildkit (cache mounts) or classic (legacy builder).")
+    ] = "buildkit",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing output file.")] = False,
+) -> None:
+    """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.render import plan_image, render_dockerfile
+    from gpulaunch.yamlio import atomic_write
+
+    if builder not in ("buildkit", "classic"):
+        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    cfg, project = _load(config)
+    plan = plan_image(cfg, project, builder)  # type: ignore[arg-type]
+    text = render_dockerfile(plan)
+    for warning in plan.resolved.warnings:
+        _err(f"warning: {warning}")
+    if output == "-":
+        typer.echo(text, nl=False)
+    else:
+        atomic_write(Path(output), text, force=force)
+        _err(f"wrote {output}")
+
+
+@app.command()
+@handle_errors
+def versions(
+    torch: Annotated[str | None, typer.Option(help="Only this PyTorch version.")] = None,
+    cuda: Annotated[str | None, typer.Option(help="Only this CUDA version.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show the catalog: valid torch / CUDA / Python / driver combinations."""
+    from gpulaunch.versions_view import matrix_json, matrix_table
+
+    if as_json:
+        typer.echo(json.dumps(matrix_json(torch, cuda), indent=2))
+    else:
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 160).print(matrix_table(torch, cuda))
+
+
+@app.command()
+@handle_errors
+def schema() -> None:
+    """Print the JSON Schema of gpulaunch.yaml (for editors)."""
+    from gpulaunch.config import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+def _engine() -> Any:
+    from gpulaunch.engine import Engine
+
+    return Engine()
+
+
+def _build_with_progress(cfg: Any, project: Path, opts: Any) -> Any:
+    """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr."""
+    from rich.console import Console
+
+    from gpulaunch.build import run_build
+    from gpulaunch.errors import BuildError
+
+    console = Console(stderr=True)
+    engine = _engine()
+    with console.status("building…") as status:
+
+        def on_progress(progress: Any) -> None:
+            status.update(
+                f"step {progress.step}/{progress.total}: {progress.current[:90]} "
+                f"({progress.elapsed:.0f}s)"
+            )
+
+        try:
+            outcome = run_build(cfg, project, engine, opts, on_progress)
+        except BuildError as err:
+            if err.log_tail:
+                console.print(err.log_tail, markup=False, highlight=False)
+            raise
+    if outcome.cached:
+        _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
+    else:
+        _err(f"built {outcome.tag} with {outcome.builder}; log: {outcome.log_path}")
+    return outcome
+
+
+NetworkOpt = Annotated[
+    str | None, typer.Option("--network", help="default | host | none (overrides the config).")
+]
+
+
+def _check_network(network: str | None) -> None:
+    if network is not None and network not in ("default", "host", "none"):
+        raise ConfigError(f"--network: {network!r} is not default, host or none")
+
+
+@app.command()
+@handle_errors
+def build(
+    config: ConfigOpt = None,
+    network: NetworkOpt = None,
+    rebuild: Annotated[bool, typer.Option(help="Build even if the tag exists.")] = False,
+    no_cache: Annotated[bool, typer.Option(help="Build without the layer cache.")] = False,
+    builder: Annotated[
+        str | None, typer.Option(help="buildkit | classic (default: what the engine offers).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the docker build command; no daemon.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+) -> None:
+    """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
+    from gpulaunch.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
+    from gpulaunch.engine import Engine
+
+    _check_network(network)
+    if builder not in (None, "buildkit", "classic"):
+        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    cfg, project = _load(config)
+    opts = BuildOptions(network=network, rebuild=rebuild, no_cache=no_cache, builder=builder)  # type: ignore[arg-type]
+    if dry_run:
+        cli = Engine().docker_cli() if builder != "classic" else None
+        kind = builder or ("buildkit" if cli else "classic")
+        prepared = prepare_build(cfg, project, kind, opts, write=False)  # type: ignore[arg-type]
+        if as_json:
+            data = {
+                "tag": prepared.tag,
+                "tags": list(prepared.request.tags),
+                "builder": kind,
+                "build_args": prepared.request.build_args,
+                "network": prepared.request.network,
+                "argv": dry_run_argv(prepared, cli),
+                "dockerfile": prepared.dockerfile,
+            }
+            typer.echo(json.dumps(data, indent=2))
+        else:
+            typer.echo(dry_run_text(prepared, cli), nl=False)
+        return
+    outcome = _build_with_progress(cfg, project, opts)
+    typer.echo(outcome.tag)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@handle_errors
+def run(
+    script: Annotated[
+        str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
+    ] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    config: ConfigOpt = None,
+    gpus: Annotated[
+        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+    ] = None,
+    nproc: Annotated[
+        int | None, typer.Option(help="Processes (torchrun); default: one per GPU.", min=1)
+    ] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
+    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    network: NetworkOpt = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
+    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print docker build/run commands; no daemon.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+) -> None:
+    """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
+
+    Any command: gpulaunch run -- python -m my.module --flag
+    """
+    from gpulaunch.build import BuildOptions, dry_run_text
+    from gpulaunch.engine import Engine
+    from gpulaunch.jobs import RunOptions, dry_run_json, host_gpu_count, plan_run, prepare_image
+    from gpulaunch.launch import docker_run_argv, sdk_kwargs, shell_line
+
+    _check_network(network)
+    cfg, project = _load(config)
+    rest = list(args or [])
+    command: list[str] = []
+    if script is not None and script == "--":
+        command, script, rest = rest, None, []
+    elif "--" in sys.argv and script is None:
+        command = rest
+        rest = []
+    opts = RunOptions(
+        script=script,
+        args=rest,
+        command=command,
+        gpus=gpus,
+        nproc=nproc,
+        env=list(env or []),
+        mounts=list(mount or []),
+        network=network,
+        detach=detach,
+    )
+    if dry_run:
+        cli = Engine().docker_cli()
+        prepared = prepare_image(cfg, project, "buildkit" if cli else "classic", None, write=False)
+        plan = plan_run(cfg, project, Path.cwd(), opts, prepared.tag, host_gpu_count())
+        if as_json:
+            typer.echo(json.dumps(dry_run_json(prepared, plan), indent=2))
+        else:
+            typer.echo("# build (skipped when the tag exists)")
+            typer.echo(dry_run_text(prepared, cli), nl=False)
+            typer.echo("# run")
+            typer.echo(shell_line(docker_run_argv(plan, detach=detach)))
+        return
+    outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild))
+    plan = plan_run(cfg, project, Path.cwd(), opts, outcome.tag, host_gpu_count())
+    engine = _engine()
+    if detach:
+        container = engine.create_container(sdk_kwargs(plan))
+        typer.echo(container.name)
+        return
+    from gpulaunch.runner import supervise
+
+    _err(f"running {plan.name}: {shell_line(plan.command)}")
+    code = supervise(engine, plan)
+    if code:
+        _err(f"gpulaunch: job exited with {code}")
+    raise typer.Exit(code)
+
+
+@app.command()
+@handle_errors
+def ps(
+    all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
+) -> None:
+    """List containers started by gpulaunch (by label)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
+    for container in _engine().list_managed(all_states):
+        labels = container.labels or {}
+        tags = container.image.tags if container.image else []
+        table.add_row(
+            container.name,
+            labels.get("io.gpulaunch.project", ""),
+            container.status,
+            tags[0] if tags else "",
+        )
+    Console().print(table)
+
+
+@app.command()
+@handle_errors
+def logs(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
+) -> None:
+    """Show the output of a gpulaunch container."""
+    container = _engine().get_managed(ident)
+    if follow:
+        for chunk in container.logs(stream=True, follow=True):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+    else:
+        sys.stdout.buffer.write(container.logs())
+
+
+@app.command()
+@handle_errors
+def stop(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
+    timeout: Annotated[int, typer.Option(help="Seconds before SIGKILL.")] = 45,
+) -> None:
+    """Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container."""
+    engine = _engine()
+    container = engine.get_managed(ident)
+    container.stop(timeout=timeout)
+    engine.discard(container)
+    typer.echo(f"stopped {container.name}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,366 @@
+"""The only place that talks to Docker: the docker SDK plus the docker CLI for BuildKit builds.
+
+Tests fake this seam (or run it against a real engine, marker `docker`). It honours
+DOCKER_HOST and, when that is unset, the endpoint of the active docker context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpulaunch.errors import BuildError, EngineError
+
+Builder = Literal["buildkit", "classic"]
+MANAGED_LABEL = "io.gpulaunch.managed"
+
+NVIDIA_MISSING_HINT = (
+    "install the NVIDIA Container Toolkit (nvidia-container-toolkit) and restart dockerd, "
+    "or run on the CPU with --gpus 0"
+)
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    dockerfile: str  # rendered text
+    context: Path
+    tags: tuple[str, ...]
+    build_args: dict[str, str] = field(default_factory=dict)
+    network: str = "default"  # default | host | none
+    no_cache: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DockerCli:
+    """A docker client binary and how it reaches BuildKit."""
+
+    path: str
+    mode: Literal["buildx", "env"]  # `docker buildx build` or DOCKER_BUILDKIT=1 docker build
+
+    def build_argv(self, req: BuildRequest, dockerfile_path: Path) -> list[str]:
+        argv = (
+            [self.path, "buildx", "build", "--load"]
+            if self.mode == "buildx"
+            else [
+                self.path,
+                "build",
+            ]
+        )
+        argv += ["--progress=plain", "-f", str(dockerfile_path)]
+        for tag in req.tags:
+            argv += ["-t", tag]
+        for key, value in sorted(req.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        if req.network != "default":
+            argv += ["--network", req.network]
+        if req.no_cache:
+            argv.append("--no-cache")
+        argv.append(str(req.context))
+        return argv
+
+
+def _context_host(env: Mapping[str, str]) -> str | None:
+    """Endpoint of the active docker context (`docker context use`), if not the default."""
+    config_dir = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    name = env.get("DOCKER_CONTEXT")
+    if not name:
+        try:
+            name = json.loads((config_dir / "config.json").read_text()).get("currentContext")
+        except (OSError, ValueError):
+            return None
+    if not name or name == "default":
+        return None
+    meta = config_dir / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
+    try:
+        data = json.loads((meta / "meta.json").read_text())
+        host = data["Endpoints"]["docker"]["Host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise EngineError(f"docker context {name!r}: cannot read its endpoint") from None
+    return str(host)
+
+
+class Engine:
+    """Docker seam. Construct cheaply; connects on first use."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self._client: Any = None
+        self._cli: DockerCli | bool | None = False  # False = not probed yet
+
+    # -- connection -------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return (
+            self.env.get("DOCKER_HOST") or _context_host(self.env) or "unix:///var/run/docker.sock"
+        )
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+            from docker.errors import DockerException
+
+            try:
+                self._client = docker.DockerClient(base_url=self.host, timeout=120)
+                self._client.ping()
+            except DockerException as err:
+                self._client = None
+                raise EngineError(
+                    f"cannot reach the Docker engine at {self.host}: {_short(err)}",
+                    hint="start dockerd, or set DOCKER_HOST to a running engine",
+                ) from None
+        return self._client
+
+    # -- builders ---------------------------------------------------------------------
+    def docker_cli(self) -> DockerCli | None:
+        """A docker CLI that can build with BuildKit, or None (then the SDK's classic builder)."""
+        if self._cli is False:
+            self._cli = self._probe_cli()
+        return self._cli if isinstance(self._cli, DockerCli) else None
+
+    def _probe_cli(self) -> DockerCli | None:
+        if self.env.get("GPULAUNCH_BUILDER") == "classic":
+            return None
+        candidates: list[str] = []
+        explicit = self.env.get("GPULAUNCH_DOCKER_CLI")
+        if explicit:
+            candidates.append(explicit)
+        for directory in self.env.get("PATH", os.defpath).split(os.pathsep):
+            found = Path(directory) / "docker"
+            if found.is_file() and os.access(found, os.X_OK) and str(found) not in candidates:
+                candidates.append(str(found))
+        for path in candidates:
+            if self._cli_ok(path, ["buildx", "version"]):
+                return DockerCli(path, "buildx")
+            version = self._cli_output(path, ["version", "--format", "{{.Client.Version}}"])
+            if version and _major(version) < 23:
+                # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
+                return DockerCli(path, "env")
+        return None
+
+    def _cli_env(self) -> dict[str, str]:
+        env = dict(self.env)
+        env.setdefault("DOCKER_HOST", self.host)
+        env["DOCKER_BUILDKIT"] = "1"
+        return env
+
+    def _cli_ok(self, path: str, args: list[str]) -> bool:
+        return self._cli_output(path, args) is not None
+
+    def _cli_output(self, path: str, args: list[str]) -> str | None:
+        try:
+            proc = subprocess.run(
+                [path, *args], capture_output=True, text=True, timeout=20, env=self._cli_env()
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def builder_kind(self) -> Builder:
+        return "buildkit" if self.docker_cli() is not None else "classic"
+
+    # -- images -----------------------------------------------------------------------
+    def image_exists(self, ref: str) -> bool:
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            self.client().images.get(ref)
+        except ImageNotFound:
+            return False
+        except DockerException as err:
+            raise EngineError(f"image {ref}: {_short(err)}") from None
+        return True
+
+    def tag(self, source: str, target: str) -> None:
+        repo, _, tag = target.rpartition(":")
+        self.client().images.get(source).tag(repo, tag)
+
+    def build(
+        self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
+    ) -> None:
+        """Build an image, reporting each output line; BuildError on failure.
+
+        builder "classic" forces the SDK's legacy builder even where BuildKit is available.
+        """
+        cli = self.docker_cli()
+        if cli is not None and builder != "classic":
+            self._build_cli(cli, req, on_line)
+        else:
+            self._build_sdk(req, on_line)
+
+    def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_text(req.dockerfile)
+            argv = cli.build_argv(req, dockerfile)
+            on_line("$ " + " ".join(argv))
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    env=self._cli_env(),
+                )
+            except OSError as err:
+                raise EngineError(f"cannot start {cli.path}: {err.strerror}") from None
+            assert proc.stdout is not None
+            try:
+                for line in proc.stdout:
+                    on_line(line.rstrip("\n"))
+                code = proc.wait()
+            except BaseException:
+                proc.terminate()
+                proc.wait()
+                raise
+        if code != 0:
+            raise BuildError(f"docker build failed (exit {code})")
+
+    def _build_sdk(self, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        from docker.errors import APIError, DockerException
+
+        client = self.client()
+        name = ".gpulaunch-Dockerfile"
+        dockerfile = req.context / name
+        dockerfile.write_text(req.dockerfile)
+        try:
+            stream = client.api.build(
+                path=str(req.context),
+                dockerfile=name,
+                tag=req.tags[0],
+                buildargs=req.build_args,
+                network_mode=None if req.network == "default" else req.network,
+                nocache=req.no_cache,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    for line in str(chunk["stream"]).splitlines():
+                        on_line(line)
+                elif "error" in chunk:
+                    on_line(str(chunk["error"]).rstrip())
+                    raise BuildError(f"docker build failed: {str(chunk['error']).strip()}")
+                elif "status" in chunk:
+                    on_line(str(chunk["status"]))
+        except (APIError, DockerException) as err:
+            raise BuildError(f"docker build failed: {_short(err)}") from None
+        finally:
+            dockerfile.unlink(missing_ok=True)
+        for extra in req.tags[1:]:
+            self.tag(req.tags[0], extra)
+
+    # -- containers -------------------------------------------------------------------
+    def create_container(self, kwargs: dict[str, Any]) -> Any:
+        """Create and start a container from docker-SDK `containers.run`-style kwargs.
+
+        `stop_timeout` is passed through the low-level API (the high-level `run` lacks it).
+        A container that was created but failed to start is removed before raising.
+        """
+        from docker.errors import APIError, DockerException, ImageNotFound
+        from docker.models.containers import _create_container_args
+
+        client = self.client()
+        args = dict(kwargs)
+        stop_timeout = args.pop("stop_timeout", None)
+        container = None
+        try:
+            create = _create_container_args(args)
+            if stop_timeout is not None:
+                create["stop_timeout"] = stop_timeout
+            created = client.api.create_container(**create)
+            container = client.containers.get(created["Id"])
+            container.start()
+            return container
+        except ImageNotFound:
+            raise EngineError(
+                f"image {kwargs.get('image')} not found; run `gpulaunch build`"
+            ) from None
+        except APIError as err:
+            self.discard(container)
+            text = _short(err)
+            if "could not select device driver" in text:
+                raise EngineError(
+                    "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
+                    '"" with capabilities [[gpu]])',
+                    hint=NVIDIA_MISSING_HINT,
+                ) from None
+            raise EngineError(f"docker refused to start the container: {text}") from None
+        except DockerException as err:
+            self.discard(container)
+            raise EngineError(f"docker: {_short(err)}") from None
+        except BaseException:
+            self.discard(container)
+            raise
+
+    @staticmethod
+    def discard(container: Any) -> None:
+        if container is None:
+            return
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            container.remove(force=True)
+
+    def find_leftover(self, name: str) -> Any:
+        """The container named `name` if it exists (created but perhaps never started)."""
+        from docker.errors import NotFound
+
+        try:
+            return self.client().containers.get(name)
+        except NotFound:
+            return None
+
+    def list_managed(self, all_states: bool = False) -> list[Any]:
+        filters = {"label": MANAGED_LABEL}
+        return list(self.client().containers.list(all=all_states, filters=filters))
+
+    def get_managed(self, ident: str) -> Any:
+        from docker.errors import NotFound
+
+        try:
+            container = self.client().containers.get(ident)
+        except NotFound:
+            raise EngineError(f"no container {ident!r}") from None
+        if MANAGED_LABEL not in (container.labels or {}):
+            raise EngineError(f"container {ident!r} was not started by gpulaunch")
+        return container
+
+    def gpu_driver_available(self) -> bool:
+        """True when dockerd advertises an NVIDIA runtime or CDI GPU devices."""
+        info = self.client().info()
+        runtimes = info.get("Runtimes") or {}
+        return "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
+
+
+def stream_logs(container: Any) -> Iterator[bytes]:
+    return iter(container.logs(stream=True, follow=True, stdout=True, stderr=True))
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".", 1)[0])
+    except ValueError:
+        return 0
+
+
+def _short(err: BaseException) -> str:
+    explanation = getattr(err, "explanation", None)
+    text = str(explanation or err).strip()
+    return " ".join(text.split())[:400]
+
+
+def which_docker() -> str | None:
+    return shutil.which("docker")

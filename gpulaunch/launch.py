@@ -1,0 +1,249 @@
+"""Launch plan: config + flags -> one `RunPlan`, rendered both as SDK kwargs and as a
+`docker run` command line, so --dry-run shows exactly what the SDK call does."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gpulaunch.config import parse_gpus
+from gpulaunch.engine import MANAGED_LABEL
+from gpulaunch.errors import ConfigError
+
+WORKSPACE = "/workspace"
+HELPERS_DIR = "/opt/gpulaunch/bin"
+STOP_TIMEOUT = 45  # longer than torchrun's 30 s graceful shutdown of its workers
+NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # absolute host path
+    target: str
+    read_only: bool = False
+
+    def cli(self) -> str:
+        return f"type=bind,source={self.source},target={self.target}" + (
+            ",readonly" if self.read_only else ""
+        )
+
+
+@dataclass
+class RunPlan:
+    image: str
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    mounts: list[Mount]
+    user: str
+    gpus: int | str  # 0 = none, N, "all", or "0,2"
+    labels: dict[str, str]
+    workdir: str = WORKSPACE
+    ipc: str | None = "host"
+    shm_size: str | None = None
+    ulimits: dict[str, int] = field(default_factory=lambda: dict(NGC_ULIMITS))
+    init: bool = True
+    stop_timeout: int = STOP_TIMEOUT
+    network: str | None = None
+    cap_add: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    cpuset_cpus: str | None = None
+    nproc: int = 1
+    numa: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "name": self.name,
+            "command": self.command,
+            "nproc": self.nproc,
+            "env": dict(sorted(self.env.items())),
+            "docker_run": docker_run_argv(self),
+            "options": {
+                "user": self.user,
+                "workdir": self.workdir,
+                "gpus": self.gpus,
+                "ipc": self.ipc,
+                "shm_size": self.shm_size,
+                "ulimits": self.ulimits,
+                "init": self.init,
+                "stop_timeout": self.stop_timeout,
+                "network": self.network,
+                "cap_add": self.cap_add,
+                "devices": self.devices,
+                "cpuset_cpus": self.cpuset_cpus,
+                "labels": self.labels,
+                "mounts": [m.__dict__ for m in self.mounts],
+            },
+            "numa": self.numa,
+        }
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def parse_mount(spec: str, project: Path, where: str) -> Mount:
+    """`host:container[:ro|rw]`; the host path must exist and /workspace must stay the project."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ConfigError(f"{where}: {spec!r} is not host:/container[:ro]")
+    host, target = parts[0], parts[1]
+    if not target.startswith("/"):
+        raise ConfigError(f"{where}: container path {target!r} must be absolute")
+    source = (project / os.path.expanduser(host)).resolve()
+    if not source.exists():
+        raise ConfigError(f"{where}: host path {host!r} does not exist")
+    norm = str(PurePosixPath(os.path.normpath(target)))
+    if norm == WORKSPACE or WORKSPACE.startswith(norm.rstrip("/") + "/") or norm == "/":
+        raise ConfigError(f"{where}: {target!r} would hide the project mounted at {WORKSPACE}")
+    return Mount(str(source), norm, len(parts) == 3 and parts[2] == "ro")
+
+
+def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:
+    """Number of GPUs a request means, or None when unknown ("all" without host info)."""
+    if isinstance(gpus, int):
+        return gpus
+    if gpus == "all":
+        return host_gpus
+    return len(gpus.split(","))
+
+
+def parse_gpus_flag(value: str | None, default: int | str) -> int | str:
+    if value is None:
+        return default
+    try:
+        return parse_gpus(value)
+    except ValueError as err:
+        raise ConfigError(f"--gpus: {err}") from None
+
+
+def parse_env_flags(values: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_"):
+            raise ConfigError(f"--env: {item!r} is not KEY=VALUE")
+        if not all(c.isalnum() or c == "_" for c in key):
+            raise ConfigError(f"--env: {key!r} is not a valid variable name")
+        env[key] = value
+    return env
+
+
+def script_command(
+    script: str, args: list[str], project: Path, cwd: Path, nproc: int, wrapper: str | None
+) -> list[str]:
+    """python SCRIPT (one process) or torchrun --standalone --nproc-per-node N SCRIPT."""
+    path = (cwd / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"script: {script!r} not found")
+    try:
+        rel = path.relative_to(project)
+    except ValueError:
+        raise ConfigError(f"script: {script!r} is outside the project {project}") from None
+    target = str(PurePosixPath(WORKSPACE) / rel.as_posix())
+    if nproc > 1:
+        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
+        return [*head, *([wrapper, target] if wrapper else [target]), *args]
+    return ["python", *([wrapper] if wrapper else []), target, *args]
+
+
+def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
+    argv = ["docker", "run", "--detach" if detach else "--rm", "--name", plan.name]
+    if plan.init:
+        argv.append("--init")
+    argv += ["--user", plan.user, "--workdir", plan.workdir]
+    if plan.gpus not in (0, "0"):
+        argv += ["--gpus", _gpus_cli(plan.gpus)]
+    if plan.ipc:
+        argv += ["--ipc", plan.ipc]
+    if plan.shm_size:
+        argv += ["--shm-size", plan.shm_size]
+    for name, limit in sorted(plan.ulimits.items()):
+        argv += ["--ulimit", f"{name}={limit}"]
+    argv += ["--stop-timeout", str(plan.stop_timeout)]
+    if plan.network:
+        argv += ["--network", plan.network]
+    for cap in plan.cap_add:
+        argv += ["--cap-add", cap]
+    for dev in plan.devices:
+        argv += ["--device", dev]
+    if plan.cpuset_cpus:
+        argv += ["--cpuset-cpus", plan.cpuset_cpus]
+    for key, label in sorted(plan.labels.items()):
+        argv += ["--label", f"{key}={label}"]
+    for mount in plan.mounts:
+        argv += ["--mount", mount.cli()]
+    for key, value in sorted(plan.env.items()):
+        argv += ["--env", f"{key}={value}"]
+    return [*argv, plan.image, *plan.command]
+
+
+def _gpus_cli(gpus: int | str) -> str:
+    if isinstance(gpus, int) or gpus == "all":
+        return str(gpus)
+    return f'"device={gpus}"'
+
+
+def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
+    """kwargs for docker-py `containers.run(detach=True, **kwargs)`; mirrors docker_run_argv."""
+    from docker.types import DeviceRequest, Ulimit
+    from docker.types import Mount as SdkMount
+
+    kwargs: dict[str, Any] = {
+        "image": plan.image,
+        "command": plan.command,
+        "name": plan.name,
+        "user": plan.user,
+        "working_dir": plan.workdir,
+        "environment": dict(plan.env),
+        "labels": dict(plan.labels),
+        "init": plan.init,
+        "stop_signal": "SIGTERM",
+        "stop_timeout": plan.stop_timeout,
+        "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(plan.ulimits.items())],
+        "mounts": [
+            SdkMount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            for m in plan.mounts
+        ],
+        "stdout": True,
+        "stderr": True,
+    }
+    if plan.gpus not in (0, "0"):
+        if isinstance(plan.gpus, int):
+            kwargs["device_requests"] = [DeviceRequest(count=plan.gpus, capabilities=[["gpu"]])]
+        elif plan.gpus == "all":
+            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        else:
+            ids = plan.gpus.split(",")
+            kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if plan.ipc:
+        kwargs["ipc_mode"] = plan.ipc
+    if plan.shm_size:
+        kwargs["shm_size"] = plan.shm_size
+    if plan.network:
+        kwargs["network_mode"] = plan.network
+    if plan.cap_add:
+        kwargs["cap_add"] = list(plan.cap_add)
+    if plan.devices:
+        kwargs["devices"] = list(plan.devices)
+    if plan.cpuset_cpus:
+        kwargs["cpuset_cpus"] = plan.cpuset_cpus
+    return kwargs
+
+
+def shell_line(argv: list[str]) -> str:
+    return shlex.join(argv)
+
+
+def base_labels(project_name: str, run_id: str) -> dict[str, str]:
+    return {
+        MANAGED_LABEL: "true",
+        "io.gpulaunch.project": project_name,
+        "io.gpulaunch.run-id": run_id,
+    }
