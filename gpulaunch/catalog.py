@@ -1,0 +1,1286 @@
+"""Version catalog: which CUDA images, torch wheels, Pythons and drivers fit together.
+
+The facts live in ``gpulaunch/data/catalog.yaml``; this module only loads, validates and
+reasons over them. The core rule is that the image's CUDA x.y equals the CUDA x.y of the
+torch wheel variant, so nothing in the container runs against a second CUDA runtime.
+Every refusal is a one-line ``CatalogError`` that starts with the config field path and
+names the nearest valid choices. YAML is parsed lazily so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, NamedTuple, TypeVar
+
+from gpulaunch.errors import CatalogError
+
+FLAVORS = ("runtime", "devel", "ngc", "cpu")
+CONFIDENCES = ("high", "medium", "low")
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_CU_VARIANT_RE = re.compile(r"^cu(\d+)(\d)$")
+_TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_PYTHON_RE = re.compile(r"^3\.\d+$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)[af]?$")
+_DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
+
+T = TypeVar("T")
+
+
+def _vt(version: str) -> tuple[int, ...]:
+    """Numeric tuple of a dotted version, so "2.10" sorts after "2.9" (never as 2.1)."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def _xy(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _join(items: Iterable[str]) -> str:
+    return ", ".join(items)
+
+
+def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
+    """Up to n known versions closest to `wanted` in version order, nearest first."""
+    ordered = sorted(set(known), key=_vt)
+    keys = [_vt(v) for v in ordered]
+    pos = bisect.bisect_left(keys, _vt(wanted))
+    lo, hi = pos - 1, pos
+    out: list[str] = []
+    while len(out) < n and (lo >= 0 or hi < len(ordered)):
+        if lo >= 0:
+            out.append(ordered[lo])
+            lo -= 1
+        if len(out) < n and hi < len(ordered):
+            out.append(ordered[hi])
+            hi += 1
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Public request / result types
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    python: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    os: str | None = None
+    flavor: str = "runtime"
+    base: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    flavor: str
+    base_image: str
+    os: str | None
+    python: str
+    python_source: str
+    torch: str | None
+    torchvision: str | None
+    torchaudio: str | None
+    torch_variant: str | None
+    torch_index_url: str | None
+    cuda: str | None
+    cudnn: str | None
+    min_driver: str | None
+    recommended_driver: str | None
+    cuda_archs: tuple[str, ...]
+    ngc_tag: str | None
+    warnings: tuple[str, ...]
+    ngc_torch: str | None = None  # NVIDIA's torch build inside an NGC image (not reinstalled)
+
+    def labels(self) -> dict[str, str]:
+        """OCI + gpulaunch labels recording what the image was resolved to."""
+        values: dict[str, str | None] = {
+            "org.opencontainers.image.base.name": self.base_image,
+            "io.gpulaunch.flavor": self.flavor,
+            "io.gpulaunch.os": self.os,
+            "io.gpulaunch.python": self.python,
+            "io.gpulaunch.python-source": self.python_source,
+            "io.gpulaunch.torch": self.torch or self.ngc_torch,
+            "io.gpulaunch.torchvision": self.torchvision,
+            "io.gpulaunch.torchaudio": self.torchaudio,
+            "io.gpulaunch.torch-variant": self.torch_variant,
+            "io.gpulaunch.cuda": self.cuda,
+            "io.gpulaunch.cudnn": self.cudnn,
+            "io.gpulaunch.min-driver": self.min_driver,
+            "io.gpulaunch.ngc-tag": self.ngc_tag,
+        }
+        return {key: value for key, value in values.items() if value}
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One torch patch x wheel variant, as `gpulaunch versions` shows it."""
+
+    torch: str
+    variant: str
+    cuda: str | None
+    image: str
+    python_min: str
+    python_max: str
+    torchvision: str | None
+    torchaudio: str | None
+    min_driver: str | None
+    archs: tuple[str, ...]
+    status: str
+    confidence: str
+
+    @property
+    def python_range(self) -> str:
+        return f"{self.python_min}{_DASH}{self.python_max}"
+
+
+# ---------------------------------------------------------------------------
+# Catalog model
+# ---------------------------------------------------------------------------
+
+
+class OsInfo(NamedTuple):
+    name: str
+    python: str
+    glibc: str
+
+
+class CudaImage(NamedTuple):
+    cuda: str
+    os: tuple[str, ...]
+    cudnn_token: str | None
+    cudnn_major: str | None
+    cudnn_os: tuple[str, ...]
+    confidence: str
+
+    @property
+    def xy(self) -> str:
+        return _xy(self.cuda)
+
+    def oses(self, cudnn: bool) -> tuple[str, ...]:
+        return self.cudnn_os if cudnn else self.os
+
+    def flavor_tag(self, kind: str, cudnn: bool) -> str:
+        return f"{self.cudnn_token}-{kind}" if cudnn else kind
+
+
+class CpuImage(NamedTuple):
+    template: str
+    os: str
+    pythons: tuple[str, ...]
+    confidence: str
+
+
+class Variant(NamedTuple):
+    variant: str
+    cuda: str
+    status: str
+    cudnn: str
+    archs: tuple[str, ...]
+    confidence: str
+
+
+class Patch(NamedTuple):
+    torch: str
+    torchvision: str | None
+    torchaudio: str | None
+    confidence: str
+
+
+class TorchRelease(NamedTuple):
+    minor: str
+    python_min: str
+    python_max: str
+    python_experimental: tuple[str, ...]
+    pypi_default: str
+    glibc: str
+    patches: tuple[Patch, ...]
+    variants: tuple[Variant, ...]
+    confidence: str
+
+    def python_ok(self, python: str) -> bool:
+        return _vt(self.python_min) <= _vt(python) <= _vt(self.python_max)
+
+    def python_range(self) -> str:
+        text = f"{self.python_min}{_DASH}{self.python_max}"
+        if self.python_experimental:
+            text += f" ({_join(self.python_experimental)} experimental)"
+        return text
+
+
+class NgcRelease(NamedTuple):
+    tag: str
+    torch: str
+    cuda: str
+    cudnn: str | None
+    python: str
+    os: str
+    confidence: str
+
+    @property
+    def torch_xy(self) -> str:
+        return _xy(self.torch.split("a")[0].split("+")[0])
+
+
+class Gpu(NamedTuple):
+    cc: str
+    arch: str
+    names: tuple[re.Pattern[str], ...]
+    confidence: str
+
+
+class ArchWindow(NamedTuple):
+    cuda: str
+    min_cc: str
+    max_cc: str
+
+
+class ToolkitDriver(NamedTuple):
+    cuda: str
+    driver: str
+    confidence: str
+
+
+class Catalog(NamedTuple):
+    os: dict[str, OsInfo]
+    ubuntu_preference: tuple[str, ...]
+    python_cap: str
+    cpu_python: str
+    cuda_image: str
+    cuda_images: tuple[CudaImage, ...]
+    cpu: CpuImage
+    index_url: str
+    releases: tuple[TorchRelease, ...]  # oldest first
+    minor_version_floor: dict[str, str]
+    toolkit_drivers: dict[str, ToolkitDriver]
+    gpus: tuple[Gpu, ...]
+    arch_windows: tuple[ArchWindow, ...]
+    ngc_image: str
+    ngc: tuple[NgcRelease, ...]
+
+    def patches(self) -> list[tuple[TorchRelease, Patch]]:
+        return [(rel, p) for rel in self.releases for p in rel.patches]
+
+    def cuda_xys(self) -> set[str]:
+        known = {img.xy for img in self.cuda_images}
+        known |= {v.cuda for rel in self.releases for v in rel.variants}
+        return known | {_xy(n.cuda) for n in self.ngc}
+
+
+# ---------------------------------------------------------------------------
+# Loading and shape validation
+# ---------------------------------------------------------------------------
+
+
+class _Node:
+    """A mapping from the YAML file, read key by key so errors carry a path."""
+
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, dict):
+            raise _bad(path, "expected a mapping")
+        self.data: dict[str, Any] = data
+        self.path = path
+        self.seen: set[str] = {"note"}
+
+    def _get(self, key: str, required: bool) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                raise _bad(f"{self.path}.{key}", "missing")
+            return None
+        return self.data[key]
+
+    def text(self, key: str, *, version: bool = False) -> str:
+        value = self.opt_text(key, version=version)
+        if value is None:
+            raise _bad(f"{self.path}.{key}", "missing")
+        return value
+
+    def opt_text(self, key: str, *, version: bool = False) -> str | None:
+        value = self._get(key, required=False)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise _bad(f"{self.path}.{key}", f"expected a quoted string, got {value!r}")
+        if version and not _VERSION_RE.match(value):
+            raise _bad(f"{self.path}.{key}", f"not a dotted version: {value!r}")
+        return value
+
+    def texts(self, key: str, *, version: bool = False, required: bool = True) -> tuple[str, ...]:
+        value = self._get(key, required=required)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise _bad(f"{self.path}.{key}", "expected a list")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _bad(f"{self.path}.{key}[{i}]", f"expected a quoted string, got {item!r}")
+            if version and not _VERSION_RE.match(item):
+                raise _bad(f"{self.path}.{key}[{i}]", f"not a dotted version: {item!r}")
+            out.append(item)
+        return tuple(out)
+
+    def confidence(self) -> str:
+        value = self.opt_text("confidence") or "high"
+        if value not in CONFIDENCES:
+            raise _bad(f"{self.path}.confidence", f"must be one of {_join(CONFIDENCES)}")
+        return value
+
+    def node(self, key: str) -> _Node:
+        return _Node(self._get(key, required=True), f"{self.path}.{key}")
+
+    def opt_node(self, key: str) -> _Node | None:
+        value = self._get(key, required=False)
+        return None if value is None else _Node(value, f"{self.path}.{key}")
+
+    def nodes(self, key: str) -> list[_Node]:
+        value = self._get(key, required=True)
+        if not isinstance(value, list):
+            raise _bad(f"{self.path}.{key}", "expected a list")
+        return [_Node(item, f"{self.path}.{key}[{i}]") for i, item in enumerate(value)]
+
+    def mapping(self, key: str) -> dict[str, _Node]:
+        node = self.node(key)
+        node.seen.update(node.data)
+        return {str(k): _Node(v, f"{node.path}.{k}") for k, v in node.data.items()}
+
+    def text_mapping(self, key: str) -> dict[str, str]:
+        node = self.node(key)
+        return {str(k): node.text(str(k), version=True) for k in node.data}
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise _bad(self.path, f"unknown key(s) {_join(extra)}")
+
+
+def _bad(path: str, why: str) -> CatalogError:
+    return CatalogError(f"catalog: {path}: {why} (gpulaunch/data/catalog.yaml is broken)")
+
+
+def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
+    out = []
+    for node in nodes:
+        out.append(build(node))
+        node.done()
+    return tuple(out)
+
+
+def _os_info(name: str, node: _Node) -> OsInfo:
+    info = OsInfo(name, node.text("python", version=True), node.text("glibc", version=True))
+    node.done()
+    return info
+
+
+def _cuda_image(node: _Node) -> CudaImage:
+    cuda = node.text("cuda", version=True)
+    oses = node.texts("os")
+    cudnn = node.opt_node("cudnn")
+    token = major = None
+    cudnn_os: tuple[str, ...] = ()
+    if cudnn is not None:
+        token, major = cudnn.text("token"), cudnn.text("major", version=True)
+        cudnn_os = cudnn.texts("os", required=False) or oses
+        cudnn.done()
+    return CudaImage(cuda, oses, token, major, cudnn_os, node.confidence())
+
+
+def _variant(node: _Node) -> Variant:
+    archs = node.texts("archs")
+    for arch in archs:
+        if not _CC_RE.match(arch.removesuffix("+PTX")):
+            raise _bad(f"{node.path}.archs", f"bad arch {arch!r}")
+    return Variant(
+        node.text("variant"),
+        node.text("cuda", version=True),
+        node.text("status"),
+        node.text("cudnn", version=True),
+        archs,
+        node.confidence(),
+    )
+
+
+def _patch(node: _Node) -> Patch:
+    return Patch(
+        node.text("torch", version=True),
+        node.opt_text("torchvision", version=True),
+        node.opt_text("torchaudio", version=True),
+        node.confidence(),
+    )
+
+
+def _release(node: _Node) -> TorchRelease:
+    py = node.node("python")
+    release = TorchRelease(
+        minor=node.text("minor", version=True),
+        python_min=py.text("min", version=True),
+        python_max=py.text("max", version=True),
+        python_experimental=py.texts("experimental", version=True, required=False),
+        pypi_default=node.text("pypi_default", version=True),
+        glibc=node.text("glibc", version=True),
+        patches=_each(node.nodes("patches"), _patch),
+        variants=_each(node.nodes("variants"), _variant),
+        confidence=node.confidence(),
+    )
+    py.done()
+    for v in release.variants:
+        if v.status not in ("stable", "experimental", "legacy"):
+            raise _bad(node.path, f"variant {v.variant}: unknown status {v.status!r}")
+    return release
+
+
+def _ngc(node: _Node) -> NgcRelease:
+    return NgcRelease(
+        node.text("tag"),
+        node.text("torch"),
+        node.text("cuda", version=True),
+        node.opt_text("cudnn", version=True),
+        node.text("python", version=True),
+        node.text("os"),
+        node.confidence(),
+    )
+
+
+def _gpu(node: _Node) -> Gpu:
+    names = []
+    for pattern in node.texts("names"):
+        try:
+            names.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as err:
+            raise _bad(f"{node.path}.names", f"bad pattern {pattern!r}: {err}") from err
+    return Gpu(node.text("cc", version=True), node.text("arch"), tuple(names), node.confidence())
+
+
+def _window(node: _Node) -> ArchWindow:
+    return ArchWindow(
+        node.text("cuda", version=True),
+        node.text("min_cc", version=True),
+        node.text("max_cc", version=True),
+    )
+
+
+def _driver(node: _Node) -> ToolkitDriver:
+    return ToolkitDriver(
+        node.text("cuda", version=True), node.text("driver", version=True), node.confidence()
+    )
+
+
+def _parse_catalog(raw: object) -> Catalog:
+    root = _Node(raw, "catalog")
+    root.text("schema_version")
+    root.text("research_date")
+    os_map = {name: _os_info(name, node) for name, node in root.mapping("os").items()}
+    defaults = root.node("defaults")
+    images = root.node("cuda_images")
+    cpu = root.node("cpu_image")
+    torch = root.node("torch")
+    drivers = root.node("drivers")
+    ngc = root.node("ngc")
+    catalog = Catalog(
+        os=os_map,
+        ubuntu_preference=defaults.texts("ubuntu_preference"),
+        python_cap=defaults.text("python_cap", version=True),
+        cpu_python=defaults.text("cpu_python", version=True),
+        cuda_image=images.text("image"),
+        cuda_images=_each(images.nodes("versions"), _cuda_image),
+        cpu=CpuImage(
+            cpu.text("image"), cpu.text("os"), cpu.texts("pythons", version=True), cpu.confidence()
+        ),
+        index_url=torch.text("index_url"),
+        releases=_each(torch.nodes("releases"), _release),
+        minor_version_floor=drivers.text_mapping("minor_version_floor"),
+        toolkit_drivers={d.cuda: d for d in _each(drivers.nodes("toolkit"), _driver)},
+        gpus=_each(root.nodes("gpus"), _gpu),
+        arch_windows=_each(root.nodes("toolkit_arch_window"), _window),
+        ngc_image=ngc.text("image"),
+        ngc=_each(ngc.nodes("releases"), _ngc),
+    )
+    for node in (defaults, images, cpu, torch, drivers, ngc, root):
+        node.done()
+    _check_consistency(catalog)
+    return catalog
+
+
+def _check_consistency(cat: Catalog) -> None:
+    """Cross-references the YAML cannot express: unknown OS names, unsorted rows."""
+    for img in cat.cuda_images:
+        for name in img.os + img.cudnn_os:
+            if name not in cat.os:
+                raise _bad(f"cuda_images {img.cuda}", f"unknown os {name!r}")
+    for name in (*cat.ubuntu_preference, cat.cpu.os, *(n.os for n in cat.ngc)):
+        if name not in cat.os:
+            raise _bad("os", f"{name!r} is used but not defined")
+    minors = [_vt(rel.minor) for rel in cat.releases]
+    if minors != sorted(minors):
+        raise _bad("torch.releases", "must be sorted oldest first")
+    for rel in cat.releases:
+        for patch in rel.patches:
+            if _xy(patch.torch) != rel.minor:
+                raise _bad(f"torch {rel.minor}", f"patch {patch.torch} is not a {rel.minor}.x")
+        for v in rel.variants:
+            if v.variant != "cu" + v.cuda.replace(".", ""):
+                raise _bad(f"torch {rel.minor}", f"variant {v.variant} != CUDA {v.cuda}")
+
+
+@functools.cache
+def load_catalog() -> Catalog:
+    """Load the packaged catalog once per process."""
+    import yaml  # lazy: keeps `import gpulaunch.catalog` cheap
+
+    text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CatalogError(
+            f"catalog: gpulaunch/data/catalog.yaml is not valid YAML: {err}"
+        ) from err
+    return _parse_catalog(raw)
+
+
+# ---------------------------------------------------------------------------
+# Request parsing
+# ---------------------------------------------------------------------------
+
+
+class _CudaReq(NamedTuple):
+    xy: str
+    full: str | None
+
+    @property
+    def text(self) -> str:
+        return self.full or self.xy
+
+
+class _TorchSel(NamedTuple):
+    release: TorchRelease
+    patch: Patch
+
+
+def _parse_cuda(cat: Catalog, value: str | None) -> _CudaReq | str | None:
+    """None, "cpu", or a CUDA request whose x.y is known to the catalog."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "cpu":
+        return "cpu"
+    if m := _CU_VARIANT_RE.match(text):
+        text = f"{int(m.group(1))}.{m.group(2)}"
+    m = _CUDA_RE.match(text)
+    if not m:
+        raise CatalogError(
+            f'image.cuda: expected a CUDA version like "12.4", "12.4.1", "cu124" or "cpu"; '
+            f"got {value!r}"
+        )
+    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    full = f"{xy}.{int(m.group(3))}" if m.group(3) is not None else None
+    known = cat.cuda_xys()
+    if xy not in known:
+        raise CatalogError(
+            f"image.cuda: unknown CUDA {xy}; nearest known: {_join(_nearest(xy, list(known)))}"
+        )
+    return _CudaReq(xy, full)
+
+
+def _parse_cudnn(value: str | None, flavor: str) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if text not in ("8", "9"):
+        raise CatalogError(f'image.cudnn: expected "8" or "9"; got {value!r}')
+    if flavor == "cpu":
+        raise CatalogError("image.cudnn: flavor cpu has no cuDNN; drop image.cudnn")
+    return text
+
+
+def _parse_python(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not _PYTHON_RE.match(text):
+        raise CatalogError(f'image.python: expected major.minor like "3.11"; got {value!r}')
+    return text
+
+
+def _newest(items: Iterable[T], key: Callable[[T], str]) -> T:
+    """Newest item, preferring rows that are not low-confidence."""
+    pool = list(items)
+    trusted = [i for i in pool if getattr(i, "confidence", "high") != "low"]
+    return max(trusted or pool, key=lambda i: _vt(key(i)))
+
+
+def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
+    """Resolve "2.4.1" / "2.4" / None (newest) / "none" to a catalog row."""
+    if value is not None and value.strip().lower() == "none":
+        return None
+    if value is None:
+        release = _newest(cat.releases, lambda r: r.minor)
+        return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+    text = value.strip()
+    m = _TORCH_RE.match(text)
+    if not m:
+        raise CatalogError(
+            f'image.torch: expected a version like "2.4.1", "2.4" or "none"; got {value!r}'
+        )
+    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    for release in cat.releases:
+        if _vt(release.minor) != _vt(xy):
+            continue
+        if m.group(3) is None:
+            return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+        for patch in release.patches:
+            if _vt(patch.torch) == _vt(text):
+                return _TorchSel(release, patch)
+    known = [p.torch for _, p in cat.patches()]
+    raise CatalogError(
+        f"image.torch: unknown torch version {text}; nearest known: {_join(_nearest(text, known))}"
+    )
+
+
+def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
+    """The wheel variant: the requested CUDA x.y, else PyPI's default, else newest stable."""
+    rel = sel.release
+    if cuda is None:
+        for v in rel.variants:
+            if v.cuda == rel.pypi_default:
+                return v
+        return _newest([v for v in rel.variants if v.status == "stable"], lambda v: v.cuda)
+    for v in rel.variants:
+        if v.cuda == cuda.xy:
+            return v
+    raise CatalogError(
+        f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
+        f"available: {_join(v.variant for v in rel.variants)}"
+    )
+
+
+def _check_python(sel: _TorchSel | None, python: str, warnings: list[str]) -> None:
+    if sel is None or sel.release.python_ok(python):
+        return
+    if python in sel.release.python_experimental:
+        warnings.append(f"Python {python} is experimental for torch {sel.patch.torch}")
+        return
+    raise CatalogError(
+        f"image.python: torch {sel.patch.torch} supports Python {sel.release.python_range()}; "
+        f"got {python}"
+    )
+
+
+def _default_python(
+    cat: Catalog, sel: _TorchSel | None, preferred: str, allowed: Sequence[str] = ()
+) -> str:
+    """`preferred` when torch allows it, else the newest Python torch supports up to the cap."""
+    if sel is None or sel.release.python_ok(preferred):
+        return preferred
+    rel = sel.release
+    major, lo = _vt(rel.python_min)
+    hi = min(_vt(rel.python_max)[1], _vt(cat.python_cap)[1])
+    options = [f"{major}.{minor}" for minor in range(lo, max(lo, hi) + 1)]
+    if allowed:
+        options = [o for o in options if o in allowed] or options
+    return options[-1]
+
+
+def _torch_warnings(sel: _TorchSel, variant: Variant | None, warnings: list[str]) -> None:
+    rel, patch = sel.release, sel.patch
+    if variant is not None and variant.status != "stable" and variant.cuda != rel.pypi_default:
+        warnings.append(
+            f"torch {patch.torch} {variant.variant} is marked {variant.status} upstream"
+        )
+    low = [
+        what
+        for what, conf in (
+            (f"torch {rel.minor} release", rel.confidence),
+            (f"torch {patch.torch} companion versions", patch.confidence),
+            (f"{variant.variant} build" if variant else "", variant.confidence if variant else ""),
+        )
+        if conf == "low"
+    ]
+    for what in low:
+        warnings.append(f"catalog data for {what} is low-confidence; verify before relying on it")
+
+
+def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
+    """Driver bundled with the toolkit: exact patch, or the newest known patch of an x.y."""
+    if cuda is None:
+        return None
+    row = cat.toolkit_drivers.get(cuda)
+    if row is None and cuda.count(".") == 1:
+        rows = [d for d in cat.toolkit_drivers.values() if _xy(d.cuda) == cuda]
+        row = _newest(rows, lambda d: d.cuda) if rows else None
+    if row is None:
+        return None
+    if row.confidence == "low":
+        warnings.append(f"driver {row.driver} for CUDA {row.cuda} is a low-confidence catalog row")
+    return row.driver
+
+
+# ---------------------------------------------------------------------------
+# Resolution
+# ---------------------------------------------------------------------------
+
+
+def resolve(req: ImageRequest) -> ResolvedImage:
+    """Turn a partial request into one consistent image plan, or refuse with a reason."""
+    cat = load_catalog()
+    flavor = req.flavor
+    if flavor not in FLAVORS:
+        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {_join(FLAVORS)}")
+    cuda = _parse_cuda(cat, req.cuda)
+    if cuda == "cpu":
+        if flavor in ("devel", "ngc"):
+            raise CatalogError(f'image.cuda: "cpu" needs flavor cpu; got flavor {flavor}')
+        flavor = "cpu"
+    elif cuda is not None and flavor == "cpu":
+        raise CatalogError(f"image.cuda: flavor cpu has no CUDA; got {req.cuda}")
+    cuda_req = cuda if isinstance(cuda, _CudaReq) else None
+    cudnn = _parse_cudnn(req.cudnn, flavor)
+    python = _parse_python(req.python)
+    if flavor == "ngc":
+        if req.base is not None:
+            raise CatalogError("image.base: an explicit base image cannot be combined with ngc")
+        return _resolve_ngc(cat, req.torch, cuda_req, cudnn, python, req.os)
+    sel = _select_torch(cat, req.torch)
+    if req.base is not None:
+        return _resolve_custom(cat, req.base, flavor, sel, cuda_req, cudnn, python)
+    if flavor == "cpu":
+        return _resolve_cpu(cat, sel, python, req.os)
+    return _resolve_cuda(cat, flavor, sel, cuda_req, cudnn, python, req.os)
+
+
+class _Pins(NamedTuple):
+    torch: str | None = None
+    torchvision: str | None = None
+    torchaudio: str | None = None
+    variant: str | None = None
+    index_url: str | None = None
+
+
+def _pins(cat: Catalog, sel: _TorchSel | None, variant: str | None) -> _Pins:
+    if sel is None:
+        return _Pins()
+    return _Pins(
+        sel.patch.torch,
+        sel.patch.torchvision,
+        sel.patch.torchaudio,
+        variant,
+        cat.index_url.format(variant=variant) if variant else None,
+    )
+
+
+def _resolve_cpu(
+    cat: Catalog, sel: _TorchSel | None, python: str | None, os_name: str | None
+) -> ResolvedImage:
+    if os_name is not None and os_name != cat.cpu.os:
+        raise CatalogError(
+            f"image.os: flavor cpu uses {cat.cpu.template.format(python='X.Y')} images "
+            f"(os {cat.cpu.os}); got {os_name}"
+        )
+    warnings: list[str] = []
+    py = python or _default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
+    _check_python(sel, py, warnings)
+    if py not in cat.cpu.pythons:
+        raise CatalogError(
+            f"image.python: no {cat.cpu.template.format(python=py)} image; "
+            f"available: {cat.cpu.pythons[0]}{_DASH}{cat.cpu.pythons[-1]}"
+        )
+    if sel is not None:
+        _torch_warnings(sel, None, warnings)
+    pins = _pins(cat, sel, "cpu")
+    return ResolvedImage(
+        flavor="cpu",
+        base_image=cat.cpu.template.format(python=py),
+        os=cat.cpu.os,
+        python=py,
+        python_source="image",
+        torch=pins.torch,
+        torchvision=pins.torchvision,
+        torchaudio=pins.torchaudio,
+        torch_variant=pins.variant,
+        torch_index_url=pins.index_url,
+        cuda=None,
+        cudnn=None,
+        min_driver=None,
+        recommended_driver=None,
+        cuda_archs=(),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _resolve_custom(
+    cat: Catalog,
+    base: str,
+    flavor: str,
+    sel: _TorchSel | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    variant: Variant | None = None
+    if flavor == "cpu":
+        variant_name: str | None = "cpu"
+        cuda_text = None
+    else:
+        if sel is not None:
+            variant = _choose_variant(sel, cuda)
+        variant_name = variant.variant if variant else None
+        cuda_text = cuda.text if cuda else (variant.cuda if variant else None)
+    py = python or _default_python(cat, sel, cat.cpu_python)
+    _check_python(sel, py, warnings)
+    if python is None:
+        warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
+    if sel is not None:
+        _torch_warnings(sel, variant, warnings)
+    pins = _pins(cat, sel, variant_name)
+    return ResolvedImage(
+        flavor=flavor,
+        base_image=base,
+        os=None,
+        python=py,
+        python_source="image",
+        torch=pins.torch,
+        torchvision=pins.torchvision,
+        torchaudio=pins.torchaudio,
+        torch_variant=pins.variant,
+        torch_index_url=pins.index_url,
+        cuda=cuda_text,
+        cudnn=cudnn,
+        min_driver=min_driver_for(cuda_text) if cuda_text else None,
+        recommended_driver=_recommended_driver(cat, cuda_text, warnings),
+        cuda_archs=variant.archs if variant else (),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _check_glibc(cat: Catalog, sel: _TorchSel | None, os_name: str) -> None:
+    if sel is None:
+        return
+    have, need = cat.os[os_name].glibc, sel.release.glibc
+    if _vt(have) < _vt(need):
+        raise CatalogError(
+            f"image.os: torch {sel.patch.torch} wheels need glibc >= {need} "
+            f"(manylinux_{need.replace('.', '_')}); {os_name} has {have}"
+        )
+
+
+def _image_candidates(
+    cat: Catalog, xy: str, full: str | None, cudnn: str | None
+) -> list[CudaImage]:
+    """nvidia/cuda versions of this CUDA x.y (or exact patch) that have the wanted flavor."""
+    entries = [img for img in cat.cuda_images if img.xy == xy]
+    if full is not None:
+        exact = [img for img in entries if img.cuda == full]
+        if not exact:
+            patches = sorted((img.cuda for img in entries), key=_vt, reverse=True)
+            raise CatalogError(
+                f"image.cuda: no {cat.cuda_image} image for CUDA {full}; "
+                f"{xy} images: {_join(patches) or 'none'}"
+            )
+        entries = exact
+    if not entries:
+        raise CatalogError(f"image.cuda: no {cat.cuda_image} image for CUDA {xy}")
+    if cudnn is None:
+        return entries
+    with_cudnn = [img for img in entries if img.cudnn_major]
+    what = full or xy
+    if not with_cudnn:
+        alternatives = [
+            img.cuda for img in cat.cuda_images if img.xy == xy and img.cudnn_major == cudnn
+        ]
+        hint = f"; use {_join(alternatives)}" if alternatives else ""
+        raise CatalogError(f"image.cudnn: NVIDIA publishes no cuDNN flavor for CUDA {what}{hint}")
+    matching = [img for img in with_cudnn if img.cudnn_major == cudnn]
+    if not matching:
+        shipped = sorted({img.cudnn_major or "" for img in with_cudnn})
+        other = sorted(
+            {img.xy for img in cat.cuda_images if img.cudnn_major == cudnn},
+            key=_vt,
+        )
+        span = f"{other[0]}{_DASH}{other[-1]}" if other else "none"
+        raise CatalogError(
+            f"image.cudnn: CUDA {what} images ship cuDNN {'/'.join(shipped)}, not cuDNN {cudnn}; "
+            f"cuDNN {cudnn} images exist for CUDA {span}"
+        )
+    return matching
+
+
+def _choose_image(
+    cat: Catalog,
+    xy: str,
+    full: str | None,
+    kind: str,
+    cudnn: str | None,
+    os_name: str | None,
+    sel: _TorchSel | None,
+) -> tuple[CudaImage, str]:
+    entries = _image_candidates(cat, xy, full, cudnn)
+    flavor_text = f"{entries[0].cudnn_token}-{kind}" if cudnn else kind
+    with_cudnn = cudnn is not None
+    if os_name is not None:
+        ubuntus = [name for name in cat.os if name.startswith("ubuntu")]
+        if os_name not in ubuntus:
+            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {_join(ubuntus)}")
+        _check_glibc(cat, sel, os_name)
+        on_os = [img for img in entries if os_name in img.oses(with_cudnn)]
+        if not on_os:
+            have = sorted({o for img in entries for o in img.oses(with_cudnn)}, key=ubuntus.index)
+            raise CatalogError(
+                f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image for {os_name}; "
+                f"available: {_join(have) or 'none'}"
+            )
+    else:
+        for name in cat.ubuntu_preference:
+            if sel is not None and _vt(cat.os[name].glibc) < _vt(sel.release.glibc):
+                continue
+            on_os = [img for img in entries if name in img.oses(with_cudnn)]
+            if on_os:
+                os_name = name
+                break
+        else:
+            who = f" that torch {sel.patch.torch} supports" if sel else ""
+            raise CatalogError(
+                f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
+            )
+    return _newest(on_os, lambda img: img.cuda), os_name
+
+
+def _resolve_cuda(
+    cat: Catalog,
+    kind: str,
+    sel: _TorchSel | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+    os_name: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    variant: Variant | None = None
+    if sel is not None:
+        variant, image, os_name = _variant_with_image(
+            cat, kind, sel, cuda, cudnn, os_name, warnings
+        )
+    elif cuda is not None:
+        image, os_name = _choose_image(cat, cuda.xy, cuda.full, kind, cudnn, os_name, None)
+    else:
+        image, os_name = _newest_image(cat, kind, cudnn, os_name)
+    with_cudnn = cudnn is not None
+    tag = f"{image.cuda}-{image.flavor_tag(kind, with_cudnn)}-{os_name}"
+    base_image = f"{cat.cuda_image}:{tag}"
+
+    distro = cat.os[os_name].python
+    py = python or _default_python(cat, sel, distro)
+    _check_python(sel, py, warnings)
+
+    if image.confidence == "low":
+        warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
+    latest = _newest([img for img in cat.cuda_images if img.xy == image.xy], lambda i: i.cuda)
+    if _vt(image.cuda) < _vt(latest.cuda):
+        warnings.append(
+            f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
+            "NVIDIA deletes superseded tags after EOL, so it may disappear (pin a digest)"
+        )
+    if sel is not None:
+        _torch_warnings(sel, variant, warnings)
+        if with_cudnn:
+            warnings.append(
+                f"torch {sel.patch.torch} wheels bundle their own cuDNN; "
+                "the cuDNN image ships it a second time"
+            )
+    pins = _pins(cat, sel, variant.variant if variant else None)
+    return ResolvedImage(
+        flavor=kind,
+        base_image=base_image,
+        os=os_name,
+        python=py,
+        python_source="distro" if py == distro else "deadsnakes",
+        torch=pins.torch,
+        torchvision=pins.torchvision,
+        torchaudio=pins.torchaudio,
+        torch_variant=pins.variant,
+        torch_index_url=pins.index_url,
+        cuda=image.cuda,
+        cudnn=cudnn,
+        min_driver=min_driver_for(image.cuda),
+        recommended_driver=_recommended_driver(cat, image.cuda, warnings),
+        cuda_archs=variant.archs if variant else (),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _variant_with_image(
+    cat: Catalog,
+    kind: str,
+    sel: _TorchSel,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    os_name: str | None,
+    warnings: list[str],
+) -> tuple[Variant, CudaImage, str]:
+    """Variant and image together: without an explicit CUDA, fall back to another stable
+    variant when the default one has no image for the requested OS / cuDNN."""
+    default = _choose_variant(sel, cuda)
+    try:
+        image, chosen_os = _choose_image(
+            cat, default.cuda, cuda.full if cuda else None, kind, cudnn, os_name, sel
+        )
+        return default, image, chosen_os
+    except CatalogError:
+        if cuda is not None or (os_name is None and cudnn is None):
+            raise
+        others = sorted(
+            (v for v in sel.release.variants if v is not default),
+            key=lambda v: (v.status == "stable", _vt(v.cuda)),
+            reverse=True,
+        )
+        for other in others:
+            try:
+                image, chosen_os = _choose_image(cat, other.cuda, None, kind, cudnn, os_name, sel)
+            except CatalogError:
+                continue
+            warnings.append(
+                f"torch {sel.patch.torch} default {default.variant} has no matching image; "
+                f"using {other.variant}"
+            )
+            return other, image, chosen_os
+        raise
+
+
+def _newest_image(
+    cat: Catalog, kind: str, cudnn: str | None, os_name: str | None
+) -> tuple[CudaImage, str]:
+    """No torch and no CUDA asked for: the newest CUDA x.y with a matching image."""
+    first_error: CatalogError | None = None
+    for xy in sorted({img.xy for img in cat.cuda_images}, key=_vt, reverse=True):
+        try:
+            return _choose_image(cat, xy, None, kind, cudnn, os_name, None)
+        except CatalogError as err:
+            first_error = first_error or err
+    assert first_error is not None
+    raise first_error
+
+
+def _resolve_ngc(
+    cat: Catalog,
+    torch: str | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+    os_name: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    rows = list(cat.ngc)
+    torch_xy: str | None = None
+    if torch is not None:
+        text = torch.strip()
+        m = _TORCH_RE.match(text)
+        if text.lower() == "none" or not m:
+            raise CatalogError(
+                f"image.torch: flavor ngc ships NVIDIA's torch; give a version like 2.4 "
+                f"or leave it unset; got {torch!r}"
+            )
+        torch_xy = f"{int(m.group(1))}.{int(m.group(2))}"
+        rows = [r for r in rows if r.torch_xy == torch_xy]
+        if not rows:
+            minors = sorted({r.torch_xy for r in cat.ngc}, key=_vt)
+            raise CatalogError(
+                f"image.torch: no NGC PyTorch container ships torch {torch_xy}; "
+                f"available: {_join(minors)}"
+            )
+    if cuda is not None:
+        with_cuda = [r for r in rows if _xy(r.cuda) == cuda.xy and (cuda.full in (None, r.cuda))]
+        if not with_cuda:
+            tags = _join(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
+            raise CatalogError(
+                f"image.cuda: no NGC PyTorch container with CUDA {cuda.text}; candidates: {tags}"
+            )
+        rows = with_cuda
+    if os_name is not None:
+        on_os = [r for r in rows if r.os == os_name]
+        if not on_os:
+            oses = sorted({r.os for r in rows})
+            raise CatalogError(
+                f"image.os: no matching NGC PyTorch container on {os_name}; "
+                f"available: {_join(oses)}"
+            )
+        rows = on_os
+    if python is not None:
+        best = _newest(rows, _ngc_key)
+        with_py = [r for r in rows if r.python == python]
+        if not with_py:
+            raise CatalogError(
+                f"image.python: NGC {best.tag} ships Python {best.python}; got {python} "
+                "(NGC images bring their own Python)"
+            )
+        rows = with_py
+    if cudnn is not None:
+        with_cudnn = [r for r in rows if r.cudnn is None or r.cudnn.split(".")[0] == cudnn]
+        if not with_cudnn:
+            best = _newest(rows, _ngc_key)
+            raise CatalogError(
+                f"image.cudnn: NGC {best.tag} ships cuDNN {best.cudnn}; got cuDNN {cudnn}"
+            )
+        rows = with_cudnn
+    row = _newest(rows, _ngc_key)
+    if row.confidence == "low":
+        warnings.append(
+            f"NGC {row.tag} versions (torch {row.torch}, CUDA {row.cuda}) are a low-confidence "
+            "catalog row; check the NGC release notes"
+        )
+    if torch is not None and torch.count(".") == 2:
+        warnings.append(
+            f"NGC {row.tag} ships NVIDIA's pre-release build {row.torch}, not torch {torch}"
+        )
+    return ResolvedImage(
+        flavor="ngc",
+        base_image=cat.ngc_image.format(tag=row.tag),
+        os=row.os,
+        python=row.python,
+        python_source="image",
+        torch=None,
+        torchvision=None,
+        torchaudio=None,
+        torch_variant=None,
+        torch_index_url=None,
+        cuda=row.cuda,
+        cudnn=cudnn,
+        min_driver=min_driver_for(row.cuda),
+        recommended_driver=_recommended_driver(cat, row.cuda, warnings),
+        cuda_archs=(),
+        ngc_tag=row.tag,
+        warnings=tuple(warnings),
+        ngc_torch=row.torch,
+    )
+
+
+def _ngc_key(row: NgcRelease) -> str:
+    return row.tag
+
+
+# ---------------------------------------------------------------------------
+# Matrix, drivers, architectures
+# ---------------------------------------------------------------------------
+
+
+def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]:
+    """Every torch patch x wheel variant (CPU included), newest first, optionally filtered."""
+    cat = load_catalog()
+    pairs = cat.patches()
+    if torch is not None:
+        text = torch.strip()
+        if _TORCH_RE.match(text) and text.count(".") == 1:
+            pairs = [(rel, p) for rel, p in pairs if _vt(rel.minor) == _vt(text)]
+        else:
+            sel = _select_torch(cat, text)
+            pairs = [(rel, p) for rel, p in pairs if sel is not None and p == sel.patch]
+        if not pairs:
+            _select_torch(cat, text)  # raises with the nearest versions
+    wanted = _parse_cuda(cat, cuda)
+    rows: list[MatrixRow] = []
+    for rel, patch in sorted(pairs, key=lambda pair: _vt(pair[1].torch), reverse=True):
+        variants: list[Variant | None] = [*rel.variants, None]
+        for variant in variants:
+            if wanted == "cpu" and variant is not None:
+                continue
+            if isinstance(wanted, _CudaReq) and (variant is None or variant.cuda != wanted.xy):
+                continue
+            resolved = resolve(
+                ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
+            )
+            confidences = [
+                rel.confidence,
+                patch.confidence,
+                variant.confidence if variant else "high",
+            ]
+            rows.append(
+                MatrixRow(
+                    torch=patch.torch,
+                    variant=variant.variant if variant else "cpu",
+                    cuda=variant.cuda if variant else None,
+                    image=resolved.base_image,
+                    python_min=rel.python_min,
+                    python_max=rel.python_max,
+                    torchvision=patch.torchvision,
+                    torchaudio=patch.torchaudio,
+                    min_driver=resolved.min_driver,
+                    archs=resolved.cuda_archs,
+                    status=variant.status if variant else "stable",
+                    confidence=max(confidences, key=CONFIDENCES.index),
+                )
+            )
+    return rows
+
+
+def min_driver_for(cuda: str) -> str:
+    """Lowest Linux driver that runs this CUDA via minor-version compatibility."""
+    m = _CUDA_RE.match(cuda.strip())
+    floors = load_catalog().minor_version_floor
+    if not m or m.group(1) not in floors:
+        raise CatalogError(
+            f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {_join(floors)}"
+        )
+    return floors[m.group(1)]
+
+
+def _driver_tuple(driver: str) -> tuple[int, ...]:
+    text = driver.strip()
+    if not _VERSION_RE.match(text):
+        raise CatalogError(f"driver: expected a version like 535.104.05; got {driver!r}")
+    return _vt(text)
+
+
+def driver_satisfies(driver: str, cuda: str) -> bool:
+    """True when `driver` is at least the minor-version-compatibility floor for `cuda`."""
+    return _driver_tuple(driver) >= _vt(min_driver_for(cuda))
+
+
+def _cc(value: str) -> tuple[int, int]:
+    m = _CC_RE.match(value.strip())
+    if not m:
+        raise CatalogError(f'gpu: expected a compute capability like "9.0"; got {value!r}')
+    return int(m.group(1)), int(m.group(2))
+
+
+def supports_arch(resolved: ResolvedImage, compute_capability: str) -> bool:
+    """Can the image's torch (or toolkit) run kernels on a GPU of this compute capability?
+
+    SASS built for X.Y runs on the same major X with minor >= Y, never across majors;
+    "+PTX" lets the driver JIT for any newer capability. Without a wheel arch list (NGC,
+    no torch) the CUDA toolkit's arch window is used instead.
+    """
+    cc = _cc(compute_capability)
+    if resolved.cuda_archs:
+        for arch in resolved.cuda_archs:
+            base = _cc(arch.removesuffix("+PTX"))
+            if base[0] == cc[0] and base[1] <= cc[1]:
+                return True
+            if arch.endswith("+PTX") and base <= cc:
+                return True
+        return False
+    if resolved.cuda is None:
+        return False
+    windows = [w for w in load_catalog().arch_windows if _vt(w.cuda) <= _vt(_xy(resolved.cuda))]
+    if not windows:
+        return False
+    window = windows[-1]
+    lo, hi = _cc(window.min_cc), _cc(window.max_cc)
+    return lo <= cc and (cc <= hi or cc[0] == hi[0])
+
+
+def gpu_compute_capability(name: str) -> str | None:
+    """Compute capability of a GPU from its product name, e.g. "NVIDIA H100 80GB HBM3"."""
+    for gpu in load_catalog().gpus:
+        if any(pattern.search(name) for pattern in gpu.names):
+            return gpu.cc
+    return None
