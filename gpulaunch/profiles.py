@@ -1,0 +1,776 @@
+"""Launch profiles: built-in + gpulaunch.yaml profiles, NCCL presets, precision and
+allocator settings resolved into one container environment and docker options, each value
+remembering where it came from (for `gpulaunch profiles show`).
+
+Precedence, lowest first:
+
+1. the `default` profile chain (built-in, or the user's `profiles.default`) — "built-in defaults";
+2. the config's `launch:` section;
+3. the selected profile (`--profile`, else `launch.profile`) and its `extends:` chain, except the
+   links it shares with the `default` chain (those stay at level 1, so `extends: default` does
+   not let the base layer override `launch:`);
+4. CLI flags.
+
+Settings (`nccl`, `precision`, `expandable_segments`) *derive* variables; a variable that the
+user names explicitly (`env:` anywhere, `--env`) always wins over a derived one, with a warning
+when the two disagree.
+
+Only the standard library is imported at module level; pydantic and PyYAML load inside the
+functions that read data files, so importing this from the CLI stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProfileSpec, ProjectConfig
+
+CONFIG_ORIGIN = "gpulaunch.yaml"
+BUILTIN_ORIGIN = "built-in"
+PRECISION_VAR = "GPULAUNCH_PRECISION"
+ALLOC_VAR = "PYTORCH_ALLOC_CONF"
+LEGACY_ALLOC_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DOCKER_KEYS = ("shm_size", "ipc", "network", "cap_add", "devices", "ulimits", "cpuset_cpus")
+SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
+
+# Only variables that something really reads (launch research §6). Lightning 2.x reads
+# PL_TRAINER_PRECISION through `_defaults_from_env_vars`; an explicit Trainer(precision=) wins.
+# No variable turns on torch.autocast: plain scripts use gpulaunch_precision (GPULAUNCH_PRECISION).
+_PRECISION_ENV: dict[str, dict[str, str]] = {
+    "fp32": {
+        PRECISION_VAR: "fp32",
+        "ACCELERATE_MIXED_PRECISION": "no",
+        "PL_TRAINER_PRECISION": "32-true",
+        # NGC images set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; strict fp32 turns it back off,
+        # and NVIDIA_TF32_OVERRIDE=0 keeps cuBLAS/cuDNN from using TF32 at all.
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0",
+        "NVIDIA_TF32_OVERRIDE": "0",
+    },
+    "tf32": {
+        PRECISION_VAR: "tf32",
+        "ACCELERATE_MIXED_PRECISION": "no",
+        "PL_TRAINER_PRECISION": "32-true",
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1",
+    },
+    "fp16": {
+        PRECISION_VAR: "fp16",
+        "ACCELERATE_MIXED_PRECISION": "fp16",
+        "PL_TRAINER_PRECISION": "16-mixed",
+    },
+    "bf16": {
+        PRECISION_VAR: "bf16",
+        "ACCELERATE_MIXED_PRECISION": "bf16",
+        "PL_TRAINER_PRECISION": "bf16-mixed",
+    },
+}
+
+# Fallback when gpulaunch.catalog has no gpu_compute_capability: (pattern, major, minor),
+# first match wins, so the more specific names come first. Unknown names give None.
+_CC_TABLE: tuple[tuple[str, int, int], ...] = (
+    (r"\bGB?200\b|\bB[12]00\b", 10, 0),
+    (r"\bGH200\b|\bH[12]00\b|\bH800\b|\bH20\b", 9, 0),
+    (r"\bRTX\s*PRO\b.*Blackwell|\bRTX\s*50[5-9]0", 12, 0),
+    (r"\bL4\b|\bL40S?\b|\bL20\b|\bRTX\s*40[5-9]0|\bRTX\s*\d{4}\s*Ada\b|\bAda\b", 8, 9),
+    (r"\bA100\b|\bA30\b|\bA800\b", 8, 0),
+    (r"\bA10G?\b|\bA16\b|\bA2\b|\bA40\b|\bRTX\s*A\d{4}|\bRTX\s*30[5-9]0|\bA[456]000\b", 8, 6),
+    (r"\bT4\b|\bRTX\s*20[6-8]0|\bQuadro\s*RTX\b|\bTITAN\s*RTX\b|\bGTX\s*16[56]0", 7, 5),
+    (r"\bV100\b|\bTITAN\s*V\b", 7, 0),
+    (r"\bP100\b", 6, 0),
+    (r"\bP40\b|\bP4\b|\bGTX\s*10[5-8]0|\bTITAN\s*Xp?\b", 6, 1),
+    (r"\bM60\b|\bM40\b", 5, 2),
+    (r"\bK80\b", 3, 7),
+)
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it came from, for `gpulaunch profiles show`."""
+
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class CliOverrides:
+    profile: str | None = None
+    nccl: str | None = None
+    numa: str | None = None
+    precision: str | None = None
+    expandable_segments: bool | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    nccl_ifname: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    profile: str
+    nccl: Sourced | None
+    numa: Sourced
+    precision: Sourced | None
+    expandable_segments: Sourced
+    env: dict[str, Sourced]
+    docker: dict[str, Sourced]
+    log_dir: str | None
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def env_values(self) -> dict[str, str]:
+        return {key: str(item.value) for key, item in sorted(self.env.items())}
+
+
+@dataclass(frozen=True)
+class NcclPreset:
+    name: str
+    label: str
+    description: str
+    env: Mapping[str, str]
+    docker: Mapping[str, Any]
+    ifname_default: str | None
+    log_dir_host: str | None
+    log_dir_container: str | None
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvNameRule:
+    name: str
+    status: str  # deprecated | renamed | removed | nonexistent
+    replacement: str
+    reason: str
+    translate: bool
+
+    def message(self) -> str:
+        if self.status == "nonexistent":
+            return (
+                f"{self.name} does not exist and has no effect; "
+                f"use {self.replacement} ({self.reason})"
+            )
+        if self.status == "removed":
+            return f"{self.name} has no effect any more; use {self.replacement} ({self.reason})"
+        if self.status == "renamed":
+            return f"{self.name} is an old name; use {self.replacement} ({self.reason})"
+        return f"{self.name} is deprecated; use {self.replacement} ({self.reason})"
+
+
+# --------------------------------------------------------------------------- data files
+
+
+def _data_text(*parts: str) -> str:
+    return resources.files("gpulaunch").joinpath("data", *parts).read_text(encoding="utf-8")
+
+
+def _parse(text: str, source: str) -> Any:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    return parse_yaml_text(text, source)
+
+
+@lru_cache(maxsize=1)
+def _builtin_specs() -> dict[str, ProfileSpec]:
+    from pydantic import ValidationError
+
+    from gpulaunch.config import ProfileSpec, validation_message
+
+    folder = resources.files("gpulaunch").joinpath("data", "profiles")
+    specs: dict[str, ProfileSpec] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        name = entry.name.removesuffix(".yaml")
+        source = f"built-in profile {name}"
+        data = _parse(entry.read_text(encoding="utf-8"), source)
+        try:
+            specs[name] = ProfileSpec.model_validate(data or {})
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {validation_message(err, ProfileSpec)}") from None
+    return specs
+
+
+def builtin_profiles() -> dict[str, ProfileSpec]:
+    """The profiles shipped in gpulaunch/data/profiles (copies: callers may modify them)."""
+    return {name: spec.model_copy(deep=True) for name, spec in _builtin_specs().items()}
+
+
+@lru_cache(maxsize=1)
+def nccl_presets() -> dict[str, NcclPreset]:
+    """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+    from gpulaunch.config import DockerOptions, validation_message
+
+    class _LogDir(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        host: str
+        container: str
+
+    class _Preset(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        label: str
+        description: str
+        env: dict[str, str] = Field(default_factory=dict)
+        docker: DockerOptions = Field(default_factory=DockerOptions)
+        ifname_default: str | None = None
+        log_dir: _LogDir | None = None
+        notes: list[str] = Field(default_factory=list)
+
+    class _File(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        version: int
+        presets: dict[str, _Preset]
+
+    source = "gpulaunch/data/nccl_presets.yaml"
+    try:
+        parsed = _File.model_validate(_parse(_data_text("nccl_presets.yaml"), source))
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {validation_message(err, _File)}") from None
+    out: dict[str, NcclPreset] = {}
+    for name, preset in parsed.presets.items():
+        out[name] = NcclPreset(
+            name=name,
+            label=preset.label,
+            description=" ".join(preset.description.split()),
+            env=dict(preset.env),
+            docker=_docker_dict(preset.docker),
+            ifname_default=preset.ifname_default,
+            log_dir_host=preset.log_dir.host if preset.log_dir else None,
+            log_dir_container=preset.log_dir.container if preset.log_dir else None,
+            notes=tuple(preset.notes),
+        )
+    return out
+
+
+@lru_cache(maxsize=1)
+def _env_rules() -> tuple[dict[str, EnvNameRule], dict[str, tuple[re.Pattern[str], str]]]:
+    source = "gpulaunch/data/env_names.yaml"
+    data = _parse(_data_text("env_names.yaml"), source)
+    names: dict[str, EnvNameRule] = {}
+    for name, item in (data.get("names") or {}).items():
+        names[name] = EnvNameRule(
+            name=name,
+            status=str(item["status"]),
+            replacement=str(item["replacement"]),
+            reason=" ".join(str(item["reason"]).split()),
+            translate=bool(item.get("translate", False)),
+        )
+    values = {
+        name: (re.compile(str(item["pattern"])), " ".join(str(item["reason"]).split()))
+        for name, item in (data.get("values") or {}).items()
+    }
+    return names, values
+
+
+def env_name_rules() -> dict[str, EnvNameRule]:
+    """Deprecated / renamed / removed / non-existent variable names, by name."""
+    return dict(_env_rules()[0])
+
+
+# --------------------------------------------------------------------------- env names
+
+
+def check_env_names(env: Mapping[str, str]) -> list[str]:
+    """Warnings for deprecated, renamed, removed or invented variable names and legacy values."""
+    return [message for _, message, _ in _name_findings(env)]
+
+
+def _name_findings(env: Mapping[str, str]) -> list[tuple[str, str, EnvNameRule | None]]:
+    names, values = _env_rules()
+    found: list[tuple[str, str, EnvNameRule | None]] = []
+    for key in sorted(env):
+        rule = names.get(key)
+        if rule is not None:
+            found.append((key, rule.message(), rule))
+        legacy = values.get(key)
+        if legacy is not None and legacy[0].search(str(env[key])):
+            found.append((key, f"{key}={env[key]}: {legacy[1]}", None))
+    return found
+
+
+# --------------------------------------------------------------------------- precision
+
+
+def precision_env(precision: str) -> dict[str, str]:
+    """Variables a precision mode sets. Only names that something really reads."""
+    try:
+        return dict(_PRECISION_ENV[precision])
+    except KeyError:
+        raise ConfigError(
+            f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}"
+        ) from None
+
+
+def gpu_compute_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU marketing name, or None when it is not known.
+
+    Asks `gpulaunch.catalog.gpu_compute_capability` when that exists, else a small local table.
+    """
+    try:
+        catalog = importlib.import_module("gpulaunch.catalog")
+    except ImportError:
+        catalog = None
+    lookup = getattr(catalog, "gpu_compute_capability", None)
+    if callable(lookup):
+        try:
+            parsed = _parse_cc(lookup(name))
+        except Exception:  # a catalog bug must not block a launch; the local table still works
+            parsed = None
+        if parsed is not None:
+            return parsed
+    for pattern, major, minor in _CC_TABLE:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return (major, minor)
+    return None
+
+
+def _parse_cc(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple | list) and len(value) >= 2:
+        return (int(value[0]), int(value[1]))
+    match = re.match(r"^\s*(\d+)\.(\d+)", str(value))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# --------------------------------------------------------------------------- topology
+
+
+def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:
+    """ "nvlink" when NVML reports an active NVLink on any GPU, "pcie" when it reports none,
+    None when it cannot tell (no pynvml, no driver, no GPU, or a sysfs fixture is in use)."""
+    env = os.environ if env is None else env
+    if env.get(SYSFS_ROOT_ENV):
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        if count == 0:
+            return None
+        max_links = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
+        enabled = getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
+        for index in range(count):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for link in range(max_links):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) == enabled:
+                        return "nvlink"
+                except Exception:  # NotSupported / InvalidArgument past the last link
+                    break
+        return "pcie"
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    origin: str  # BUILTIN_ORIGIN | CONFIG_ORIGIN
+    spec: ProfileSpec
+
+    @property
+    def source(self) -> str:
+        if self.origin == BUILTIN_ORIGIN:
+            return f"built-in profile {self.name}"
+        return f"profile {self.name} ({CONFIG_ORIGIN})"
+
+    @property
+    def path(self) -> str:
+        if self.origin == BUILTIN_ORIGIN:
+            return f"built-in profile {self.name}"
+        return f"profiles.{self.name}"
+
+
+def _namespace(config: ProjectConfig | None) -> dict[str, _Entry]:
+    table = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+    if config is not None:
+        table.update({n: _Entry(n, CONFIG_ORIGIN, s) for n, s in config.profiles.items()})
+    return table
+
+
+def list_profiles(config: ProjectConfig | None) -> list[tuple[str, str, str]]:
+    """(name, origin, description) rows: `default` first, then by name."""
+    rows = []
+    for name, entry in _namespace(config).items():
+        spec = entry.spec
+        description = spec.description or (f"extends {spec.extends}" if spec.extends else "")
+        rows.append((name, entry.origin, description))
+    return sorted(rows, key=lambda row: (row[0] != "default", row[0]))
+
+
+def _chain(start: _Entry, table: Mapping[str, _Entry]) -> list[_Entry]:
+    """`start` and its extends ancestors, root first. A user profile that extends its own
+    name extends the built-in of that name."""
+    builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+    seen: list[_Entry] = []
+    current: _Entry | None = start
+    while current is not None:
+        seen.append(current)
+        parent_name = current.spec.extends
+        if parent_name is None:
+            break
+        if parent_name == current.name and current.origin == CONFIG_ORIGIN:
+            parent = builtins.get(parent_name)
+        else:
+            parent = table.get(parent_name)
+        if parent is None:
+            raise ConfigError(
+                f"{current.path}.extends: unknown profile {parent_name!r} "
+                f"(available: {', '.join(sorted(table))})"
+            )
+        if any(p.name == parent.name and p.origin == parent.origin for p in seen):
+            raise _cycle_error(seen, parent)
+        current = parent
+    return list(reversed(seen))
+
+
+def _cycle_error(seen: list[_Entry], again: _Entry) -> ConfigError:
+    """Name the first gpulaunch.yaml profile in the loop: only the user can have made it."""
+    start = next(i for i, e in enumerate(seen) if (e.name, e.origin) == (again.name, again.origin))
+    loop = seen[start:]
+    first = next((i for i, e in enumerate(loop) if e.origin == CONFIG_ORIGIN), 0)
+    loop = loop[first:] + loop[:first]
+    names = " -> ".join([*(e.name for e in loop), loop[0].name])
+    culprit = loop[0]
+    return ConfigError(f"{culprit.path}.extends: {culprit.spec.extends!r} makes a cycle ({names})")
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@dataclass
+class _Layer:
+    """One precedence level: scalar settings with (value, source, error path), env, docker."""
+
+    settings: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    env_source: str = ""
+    docker: dict[str, Any] = field(default_factory=dict)
+    docker_source: str = ""
+
+
+_SETTINGS = ("nccl", "numa", "precision", "expandable_segments")
+
+
+def _docker_dict(options: Any) -> dict[str, Any]:
+    """Set docker options only (None and empty lists/dicts mean "not set")."""
+    out: dict[str, Any] = {}
+    for key in DOCKER_KEYS:
+        value = getattr(options, key)
+        if value is None or value == [] or value == {}:
+            continue
+        out[key] = list(value) if isinstance(value, list) else value
+        if isinstance(value, dict):
+            out[key] = dict(value)
+    return out
+
+
+def _profile_layer(entry: _Entry) -> _Layer:
+    spec = entry.spec
+    layer = _Layer(env=dict(spec.env), env_source=entry.source, docker_source=entry.source)
+    for key in _SETTINGS:
+        value = getattr(spec, key)
+        if value is not None:
+            layer.settings[key] = (value, entry.source, f"{entry.path}.{key}")
+    layer.docker = _docker_dict(spec.docker)
+    return layer
+
+
+def _launch_layer(config: ProjectConfig) -> _Layer:
+    launch = config.launch
+    source = f"launch: ({CONFIG_ORIGIN})"
+    layer = _Layer(env=dict(launch.env), env_source=source, docker_source=source)
+    for key in ("nccl", "numa", "precision"):
+        value = getattr(launch, key)
+        if value is not None:
+            layer.settings[key] = (value, source, f"launch.{key}")
+    if "network" in launch.model_fields_set:
+        layer.docker["network"] = launch.network
+    return layer
+
+
+def _cli_layer(cli: CliOverrides) -> _Layer:
+    layer = _Layer(env=dict(cli.env), env_source="--env", docker_source="")
+    flags = {
+        "nccl": ("--nccl", cli.nccl),
+        "numa": ("--numa", cli.numa),
+        "precision": ("--precision", cli.precision),
+    }
+    for key, (flag, value) in flags.items():
+        if value is not None:
+            layer.settings[key] = (value, f"{flag} {value}", flag)
+    if cli.expandable_segments is not None:
+        flag = "--expandable-segments" if cli.expandable_segments else "--no-expandable-segments"
+        layer.settings["expandable_segments"] = (cli.expandable_segments, flag, flag)
+    return layer
+
+
+def _merge_docker(target: dict[str, Sourced], options: Mapping[str, Any], source: str) -> None:
+    """Lists union, dicts merge, scalars override; the source lists every contributor."""
+    for key, value in options.items():
+        old = target.get(key)
+        if old is None or not isinstance(value, list | dict):
+            target[key] = Sourced(value, source)
+            continue
+        if isinstance(value, list):
+            merged: Any = [*old.value, *(v for v in value if v not in old.value)]
+        else:
+            merged = {**old.value, **value}
+        changed = merged != old.value
+        sources = (
+            old.source
+            if not changed or source in old.source.split(" + ")
+            else (f"{old.source} + {source}")
+        )
+        target[key] = Sourced(merged, sources)
+
+
+def _select_profile(config: ProjectConfig, cli: CliOverrides) -> tuple[str, str]:
+    if cli.profile is not None:
+        return cli.profile, "--profile"
+    return config.launch.profile, "launch.profile"
+
+
+def resolve_launch(
+    config: ProjectConfig,
+    cli: CliOverrides,
+    *,
+    interconnect: str | None = None,
+    gpu_names: Sequence[str] = (),
+) -> ResolvedLaunch:
+    """Fold profiles, `launch:`, presets, precision and CLI flags into one environment.
+
+    `interconnect` ("nvlink"/"pcie", usually from `detect_interconnect()`) decides `nccl: auto`;
+    None means unknown and gives `pcie` with a note. `gpu_names` (GPU marketing names) let bf16
+    be refused on GPUs older than Ampere. Raises ConfigError for unknown or cyclic profiles,
+    unknown presets and impossible precision choices.
+    """
+    table = _namespace(config)
+    for entry in table.values():  # every profile must resolve, selected or not
+        _chain(entry, table)
+
+    name, flag = _select_profile(config, cli)
+    if name not in table:
+        raise ConfigError(
+            f"{flag}: unknown profile {name!r} (available: {', '.join(sorted(table))})"
+        )
+    base_chain = _chain(table["default"], table) if "default" in table else []
+    base_ids = {(e.name, e.origin) for e in base_chain}
+    selected_chain = [e for e in _chain(table[name], table) if (e.name, e.origin) not in base_ids]
+    layers = [
+        *(_profile_layer(e) for e in base_chain),
+        _launch_layer(config),
+        *(_profile_layer(e) for e in selected_chain),
+        _cli_layer(cli),
+    ]
+
+    settings: dict[str, tuple[Any, str, str]] = {}
+    for layer in layers:
+        settings.update(layer.settings)
+
+    warnings: list[str] = []
+    notes: list[str] = []
+    derived: dict[str, Sourced] = {}
+    docker: dict[str, Sourced] = {}
+    log_dir: str | None = None
+
+    # NCCL preset
+    nccl: Sourced | None = None
+    if "nccl" in settings:
+        value, source, path = settings["nccl"]
+        preset_name = str(value)
+        if preset_name == "auto":
+            preset_name, why = _auto_interconnect(interconnect)
+            source = f"{source}, auto: {why}"
+            if interconnect not in ("nvlink", "pcie"):
+                notes.append(
+                    "nccl auto: the GPU interconnect is unknown, so the pcie preset is used; "
+                    "pass --nccl nvlink on NVLink machines"
+                )
+        presets = nccl_presets()
+        if preset_name not in presets:
+            raise ConfigError(
+                f"{path}: unknown NCCL preset {preset_name!r} "
+                f"(available: auto, {', '.join(presets)})"
+            )
+        nccl = Sourced(preset_name, source)
+        preset = presets[preset_name]
+        preset_source = f"nccl preset {preset_name}"
+        container_logs = preset.log_dir_container or ""
+        for key, text in preset.env.items():
+            derived[key] = Sourced(text.replace("{log_dir}", container_logs), preset_source)
+        _merge_docker(docker, preset.docker, preset_source)
+        log_dir = preset.log_dir_host
+        notes.extend(preset.notes)
+        if preset.ifname_default and not cli.nccl_ifname:
+            derived["NCCL_SOCKET_IFNAME"] = Sourced(preset.ifname_default, preset_source)
+    if cli.nccl_ifname is not None:
+        notes.extend(_ifname_env(cli.nccl_ifname, derived))
+
+    # precision
+    precision: Sourced | None = None
+    if "precision" in settings:
+        value, source, path = settings["precision"]
+        mode = str(value)
+        env_for_mode = precision_env(mode) if mode in PRECISIONS else None
+        if env_for_mode is None:
+            raise ConfigError(f"{path}: {mode!r} is not one of {', '.join(PRECISIONS)}")
+        _check_precision_hardware(mode, path, gpu_names, warnings)
+        precision = Sourced(mode, source)
+        for key, text in env_for_mode.items():
+            derived[key] = Sourced(text, f"precision {mode}")
+        if mode in ("fp16", "bf16"):
+            notes.append(
+                f"precision {mode}: Accelerate, HF Trainer and Lightning pick it up; a plain "
+                "PyTorch script needs `from gpulaunch_precision import autocast` (no environment "
+                "variable turns on torch.autocast)"
+            )
+
+    # explicit env, layer by layer; it wins over derived values
+    env: dict[str, Sourced] = dict(derived)
+    for layer in layers:
+        for key, text in layer.env.items():
+            old = env.get(key)
+            if old is not None and key in derived and old is derived[key] and old.value != text:
+                warnings.append(
+                    f"{key}={text} from {layer.env_source} overrides {key}={old.value} "
+                    f"set by {old.source}"
+                )
+            env[key] = Sourced(text, layer.env_source)
+
+    # deprecated names: warn, and pass exact aliases under their current name
+    _apply_name_rules(env, warnings)
+
+    # allocator
+    expandable = Sourced(False, "built-in default")
+    if "expandable_segments" in settings:
+        value, source, _ = settings["expandable_segments"]
+        expandable = Sourced(bool(value), source)
+    if expandable.value:
+        _add_expandable_segments(env, expandable.source, warnings)
+    if ALLOC_VAR in env and LEGACY_ALLOC_VAR not in env:
+        env[LEGACY_ALLOC_VAR] = Sourced(
+            env[ALLOC_VAR].value, f"copy of {ALLOC_VAR} for PyTorch versions that read only this"
+        )
+
+    # docker options from the layers
+    for layer in layers:
+        if layer.docker:
+            _merge_docker(docker, layer.docker, layer.docker_source)
+
+    numa = Sourced("auto", "built-in default")
+    if "numa" in settings:
+        value, source, _ = settings["numa"]
+        numa = Sourced(value, source)
+
+    return ResolvedLaunch(
+        profile=name,
+        nccl=nccl,
+        numa=numa,
+        precision=precision,
+        expandable_segments=expandable,
+        env=dict(sorted(env.items())),
+        docker={k: docker[k] for k in DOCKER_KEYS if k in docker},
+        log_dir=log_dir,
+        warnings=tuple(dict.fromkeys(warnings)),
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def _auto_interconnect(interconnect: str | None) -> tuple[str, str]:
+    if interconnect == "nvlink":
+        return "nvlink", "NVLink detected"
+    if interconnect == "pcie":
+        return "pcie", "no NVLink detected"
+    return "pcie", "interconnect unknown"
+
+
+def _ifname_env(ifname: str, env: dict[str, Sourced]) -> list[str]:
+    """--nccl-ifname: NCCL takes its own syntax (^exclude, =exact); gloo needs plain names."""
+    if not ifname or any(c.isspace() or ord(c) < 32 for c in ifname):
+        raise ConfigError(f"--nccl-ifname: {ifname!r} is not an interface name or NCCL list")
+    source = f"--nccl-ifname {ifname}"
+    env["NCCL_SOCKET_IFNAME"] = Sourced(ifname, source)
+    if ifname.startswith("^"):
+        return ["GLOO_SOCKET_IFNAME is not set: gloo needs interface names, not NCCL's ^exclusions"]
+    env["GLOO_SOCKET_IFNAME"] = Sourced(ifname.lstrip("="), source)
+    return []
+
+
+def _check_precision_hardware(
+    mode: str, path: str, gpu_names: Sequence[str], warnings: list[str]
+) -> None:
+    for gpu in dict.fromkeys(gpu_names):
+        cc = gpu_compute_capability(gpu)
+        if cc is None or cc >= (8, 0):
+            continue
+        if mode == "bf16":
+            raise ConfigError(
+                f"{path}: bf16 needs compute capability 8.0+; {gpu} is {cc[0]}.{cc[1]}",
+                hint="use fp16 (with gpulaunch_precision.grad_scaler()) or fp32 on this GPU",
+            )
+        if mode == "tf32":
+            warnings.append(
+                f"precision tf32 has no effect on {gpu} (compute capability {cc[0]}.{cc[1]}; "
+                "TF32 needs 8.0+)"
+            )
+
+
+def _apply_name_rules(env: dict[str, Sourced], warnings: list[str]) -> None:
+    plain = {key: str(item.value) for key, item in env.items()}
+    for key, message, rule in _name_findings(plain):
+        item = env.get(key)
+        if item is None:
+            continue
+        text = f"{message} [{item.source}]"
+        if rule is not None and rule.translate:
+            target = rule.replacement
+            if target in env:
+                del env[key]
+                text += f"; {target} is also set, so {key} is dropped"
+            else:
+                del env[key]
+                env[target] = Sourced(item.value, f"{item.source}, as {key}")
+                text += f"; gpulaunch passes it as {target}"
+        warnings.append(text)
+
+
+def _add_expandable_segments(env: dict[str, Sourced], source: str, warnings: list[str]) -> None:
+    current = env.get(ALLOC_VAR)
+    if current is None:
+        env[ALLOC_VAR] = Sourced("expandable_segments:True", source)
+        return
+    parts = [p.strip() for p in str(current.value).split(",") if p.strip()]
+    for part in parts:
+        key, _, value = part.partition(":")
+        if key.strip() == "expandable_segments":
+            if value.strip() != "True":
+                warnings.append(
+                    f"{ALLOC_VAR}={current.value} from {current.source} keeps "
+                    f"expandable_segments:{value.strip()} although {source} asks for True"
+                )
+            return
+    merged = ",".join([*parts, "expandable_segments:True"])
+    env[ALLOC_VAR] = Sourced(merged, f"{current.source} + {source}")
