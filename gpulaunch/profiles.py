@@ -22,7 +22,6 @@ functions that read data files, so importing this from the CLI stays cheap.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -75,23 +74,6 @@ _PRECISION_ENV: dict[str, dict[str, str]] = {
         "PL_TRAINER_PRECISION": "bf16-mixed",
     },
 }
-
-# Fallback when gpulaunch.catalog has no gpu_compute_capability: (pattern, major, minor),
-# first match wins, so the more specific names come first. Unknown names give None.
-_CC_TABLE: tuple[tuple[str, int, int], ...] = (
-    (r"\bGB?200\b|\bB[12]00\b", 10, 0),
-    (r"\bGH200\b|\bH[12]00\b|\bH800\b|\bH20\b", 9, 0),
-    (r"\bRTX\s*PRO\b.*Blackwell|\bRTX\s*50[5-9]0", 12, 0),
-    (r"\bL4\b|\bL40S?\b|\bL20\b|\bRTX\s*40[5-9]0|\bRTX\s*\d{4}\s*Ada\b|\bAda\b", 8, 9),
-    (r"\bA100\b|\bA30\b|\bA800\b", 8, 0),
-    (r"\bA10G?\b|\bA16\b|\bA2\b|\bA40\b|\bRTX\s*A\d{4}|\bRTX\s*30[5-9]0|\bA[456]000\b", 8, 6),
-    (r"\bT4\b|\bRTX\s*20[6-8]0|\bQuadro\s*RTX\b|\bTITAN\s*RTX\b|\bGTX\s*16[56]0", 7, 5),
-    (r"\bV100\b|\bTITAN\s*V\b", 7, 0),
-    (r"\bP100\b", 6, 0),
-    (r"\bP40\b|\bP4\b|\bGTX\s*10[5-8]0|\bTITAN\s*Xp?\b", 6, 1),
-    (r"\bM60\b|\bM40\b", 5, 2),
-    (r"\bK80\b", 3, 7),
-)
 
 
 @dataclass(frozen=True)
@@ -311,26 +293,10 @@ def precision_env(precision: str) -> dict[str, str]:
 
 
 def gpu_compute_capability(name: str) -> tuple[int, int] | None:
-    """Compute capability for a GPU marketing name, or None when it is not known.
+    """Compute capability of a GPU product name from the catalog, or None when unknown."""
+    from gpulaunch.catalog import gpu_compute_capability as catalog_cc
 
-    Asks `gpulaunch.catalog.gpu_compute_capability` when that exists, else a small local table.
-    """
-    try:
-        catalog = importlib.import_module("gpulaunch.catalog")
-    except ImportError:
-        catalog = None
-    lookup = getattr(catalog, "gpu_compute_capability", None)
-    if callable(lookup):
-        try:
-            parsed = _parse_cc(lookup(name))
-        except Exception:  # a catalog bug must not block a launch; the local table still works
-            parsed = None
-        if parsed is not None:
-            return parsed
-    for pattern, major, minor in _CC_TABLE:
-        if re.search(pattern, name, flags=re.IGNORECASE):
-            return (major, minor)
-    return None
+    return _parse_cc(catalog_cc(name))
 
 
 def _parse_cc(value: Any) -> tuple[int, int] | None:
@@ -481,9 +447,9 @@ def _docker_dict(options: Any) -> dict[str, Any]:
         value = getattr(options, key)
         if value is None or value == [] or value == {}:
             continue
-        out[key] = list(value) if isinstance(value, list) else value
-        if isinstance(value, dict):
-            out[key] = dict(value)
+        if isinstance(value, list | dict):
+            value = type(value)(value)  # a copy: merging must not change the spec
+        out[key] = value
     return out
 
 
