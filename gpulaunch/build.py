@@ -62,6 +62,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     failed_step: str = ""
+    error: str = ""
 
     def feed(self, line: str) -> bool:
         """Consume one output line; True when the step changed."""
@@ -71,8 +72,10 @@ class Progress:
             self.step, self.total = int(match.group(1)), int(match.group(2))
             self.current = match.group(3).strip()
             return True
-        if _BUILDKIT_ERROR.match(line) and not self.failed_step:
+        error = _BUILDKIT_ERROR.match(line)
+        if error and not self.error:
             self.failed_step = self.current
+            self.error = next(g for g in error.groups() if g)
         return False
 
     @property
@@ -200,9 +203,12 @@ def run_build(
         try:
             engine.build(prepared.request, on_line, builder)
         except BuildError as err:
-            step = progress.failed_step or progress.current or "?"
+            step = progress.failed_step or progress.current
+            where = f"at step {progress.step}/{progress.total}: {step}" if step else ""
+            reason = progress.error or str(err)
             raise BuildError(
-                f"build failed at step {progress.step}/{progress.total}: {step}",
+                f"build failed {where}".rstrip()
+                + (f" ({reason[:200]})" if where else f": {reason[:300]}"),
                 hint=f"full log: {log_path}",
                 log_tail="\n".join(progress.tail),
                 log_path=str(log_path),

@@ -231,7 +231,7 @@ def _build_with_progress(cfg: Any, project: Path, opts: Any) -> Any:
             outcome = run_build(cfg, project, engine, opts, on_progress)
         except BuildError as err:
             if err.log_tail:
-                console.print(err.log_tail, markup=False, highlight=False)
+                console.print(err.log_tail, markup=False, highlight=False, soft_wrap=True)
             raise
     if outcome.cached:
         _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
@@ -327,7 +327,7 @@ def run(
     from gpulaunch.build import BuildOptions, dry_run_text
     from gpulaunch.engine import Engine
     from gpulaunch.jobs import RunOptions, dry_run_json, host_gpu_count, plan_run, prepare_image
-    from gpulaunch.launch import docker_run_argv, sdk_kwargs, shell_line
+    from gpulaunch.launch import docker_run_argv, shell_line
 
     _check_network(network)
     cfg, project = _load(config)
@@ -364,14 +364,15 @@ def run(
     outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild))
     plan = plan_run(cfg, project, Path.cwd(), opts, outcome.tag, host_gpu_count())
     engine = _engine()
+    from gpulaunch.runner import start, supervise
+
     if detach:
-        container = engine.create_container(sdk_kwargs(plan))
+        container = start(engine, plan, _err)
         typer.echo(container.name)
         return
-    from gpulaunch.runner import supervise
 
     _err(f"running {plan.name}: {shell_line(plan.command)}")
-    code = supervise(engine, plan)
+    code = supervise(engine, plan, warn=_err)
     if code:
         _err(f"gpulaunch: job exited with {code}")
     raise typer.Exit(code)

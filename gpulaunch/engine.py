@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
@@ -17,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulaunch.errors import BuildError, EngineError
+from gpulaunch.errors import BuildError, EngineError, RlimitRefused
 
 Builder = Literal["buildkit", "classic"]
 MANAGED_LABEL = "io.gpulaunch.managed"
+_RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
+_RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 
 NVIDIA_MISSING_HINT = (
     "install the NVIDIA Container Toolkit (nvidia-container-toolkit) and restart dockerd, "
@@ -273,7 +276,7 @@ class Engine:
         from docker.models.containers import _create_container_args
 
         client = self.client()
-        args = dict(kwargs)
+        args = dict(kwargs, version=client.api._version)
         stop_timeout = args.pop("stop_timeout", None)
         container = None
         try:
@@ -296,6 +299,12 @@ class Engine:
                     "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
                     '"" with capabilities [[gpu]])',
                     hint=NVIDIA_MISSING_HINT,
+                ) from None
+            rlimit = _RLIMIT_REFUSED.search(text)
+            if rlimit:
+                name = _RLIMIT_NAMES.get(rlimit.group(1), rlimit.group(1))
+                raise RlimitRefused(
+                    f"the engine may not set ulimit {name}: {text}", rlimit=name
                 ) from None
             raise EngineError(f"docker refused to start the container: {text}") from None
         except DockerException as err:

@@ -51,6 +51,14 @@ class EngineError(GpulaunchError):
     exit_code = ExitCode.ENGINE
 
 
+class RlimitRefused(EngineError):
+    """The engine may not raise a ulimit (e.g. memlock=-1 inside an unprivileged sandbox)."""
+
+    def __init__(self, message: str, *, rlimit: str) -> None:
+        super().__init__(message)
+        self.rlimit = rlimit
+
+
 class BuildError(GpulaunchError):
     """The image build failed; `log_tail` holds the failing step's last lines."""
 

@@ -41,14 +41,23 @@ class RunOptions:
 
 
 def host_gpu_count() -> int | None:
-    """GPUs on this host, from the topology module (NVML / sysfs); None when unknown."""
-    try:
-        from gpulaunch.topology import discover
+    """GPUs of the engine's host when we can know them, else None (no validation).
 
+    Counted from NVML, or from a fixture tree when GPULAUNCH_SYSFS_ROOT is set. Plain sysfs
+    without a driver is not trusted, and a remote DOCKER_HOST is not this machine.
+    """
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return None
+    from gpulaunch.topology import discover
+
+    try:
         topo = discover()
     except Exception:
         return None
-    return len(topo.gpus) if topo.source != "none" or topo.gpus else None
+    if topo.source == "nvml" or os.environ.get("GPULAUNCH_SYSFS_ROOT"):
+        return len(topo.gpus)
+    return None
 
 
 def plan_run(

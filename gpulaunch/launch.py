@@ -55,6 +55,15 @@ class RunPlan:
     cpuset_cpus: str | None = None
     nproc: int = 1
     numa: list[dict[str, Any]] = field(default_factory=list)
+    hostname: str | None = None
+    extra_hosts: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.network == "none" and self.hostname is None:
+            # No network means no address for the container's own hostname, and torchrun's
+            # rendezvous connects to that name: map it to loopback.
+            self.hostname = "gl-" + self.labels.get("io.gpulaunch.run-id", "job")[-6:]
+            self.extra_hosts[self.hostname] = "127.0.0.1"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +86,8 @@ class RunPlan:
                 "cap_add": self.cap_add,
                 "devices": self.devices,
                 "cpuset_cpus": self.cpuset_cpus,
+                "hostname": self.hostname,
+                "extra_hosts": self.extra_hosts,
                 "labels": self.labels,
                 "mounts": [m.__dict__ for m in self.mounts],
             },
@@ -169,6 +180,10 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
     argv += ["--stop-timeout", str(plan.stop_timeout)]
     if plan.network:
         argv += ["--network", plan.network]
+    if plan.hostname:
+        argv += ["--hostname", plan.hostname]
+    for host, address in sorted(plan.extra_hosts.items()):
+        argv += ["--add-host", f"{host}:{address}"]
     for cap in plan.cap_add:
         argv += ["--cap-add", cap]
     for dev in plan.devices:
@@ -211,8 +226,6 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
             SdkMount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
             for m in plan.mounts
         ],
-        "stdout": True,
-        "stderr": True,
     }
     if plan.gpus not in (0, "0"):
         if isinstance(plan.gpus, int):
@@ -228,6 +241,10 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
         kwargs["shm_size"] = plan.shm_size
     if plan.network:
         kwargs["network_mode"] = plan.network
+    if plan.hostname:
+        kwargs["hostname"] = plan.hostname
+    if plan.extra_hosts:
+        kwargs["extra_hosts"] = dict(plan.extra_hosts)
     if plan.cap_add:
         kwargs["cap_add"] = list(plan.cap_add)
     if plan.devices:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from gpulaunch.engine import Engine, stream_logs
-from gpulaunch.errors import ExitCode, RunError
+from gpulaunch.errors import ExitCode, RlimitRefused, RunError
 from gpulaunch.launch import RunPlan, sdk_kwargs
 
 _SIGNAL_EXIT = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED}
@@ -46,11 +46,32 @@ def _pump(container: Any, out: BinaryIO, done: threading.Event) -> None:
         done.set()
 
 
+def start(engine: Engine, plan: RunPlan, warn: Callable[[str], None]) -> Any:
+    """Create and start the container; drop a ulimit the engine may not raise, with a warning.
+
+    NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
+    sandbox refuses it. Running with the engine's default beats not running at all, but the
+    user must hear about it.
+    """
+    while True:
+        try:
+            return engine.create_container(sdk_kwargs(plan))
+        except RlimitRefused as err:
+            if err.rlimit not in plan.ulimits:
+                raise
+            del plan.ulimits[err.rlimit]
+            warn(
+                f"warning: the engine refused ulimit {err.rlimit} (its own limit is lower); "
+                f"running with its default. InfiniBand/GPUDirect need {err.rlimit}=-1"
+            )
+
+
 def supervise(
     engine: Engine,
     plan: RunPlan,
     out: BinaryIO | None = None,
     on_started: Callable[[Any], None] | None = None,
+    warn: Callable[[str], None] = print,
 ) -> int:
     """Run the plan's container to completion; return the exit code gpulaunch should exit with."""
     out = out or sys.stdout.buffer
@@ -58,7 +79,7 @@ def supervise(
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
     try:
-        container = engine.create_container(sdk_kwargs(plan))
+        container = start(engine, plan, warn)
         if on_started:
             on_started(container)
         exit_box: dict[str, Any] = {}
