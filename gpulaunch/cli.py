@@ -296,7 +296,7 @@ def build(
     typer.echo(outcome.tag)
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command(context_settings={"ignore_unknown_options": True})
 @handle_errors
 def run(
     script: Annotated[
@@ -310,34 +310,62 @@ def run(
     nproc: Annotated[
         int | None, typer.Option(help="Processes (torchrun); default: one per GPU.", min=1)
     ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
+    ] = None,
+    nccl: Annotated[
+        str | None,
+        typer.Option(help="NCCL preset: auto, nvlink, pcie, ib-gdr, tcp, debug, safe, none."),
+    ] = None,
+    nccl_ifname: Annotated[
+        str | None, typer.Option(help="Network interface(s) for NCCL/gloo sockets (tcp).")
+    ] = None,
+    numa: Annotated[
+        str | None, typer.Option(help="NUMA binding per rank: auto, node, socket, off.")
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, tf32, fp16 or bf16 (sets the env contract).")
+    ] = None,
+    expandable_segments: Annotated[
+        bool | None,
+        typer.Option(
+            "--expandable-segments/--no-expandable-segments",
+            help="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation).",
+        ),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
     mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
     network: NetworkOpt = None,
+    no_container: Annotated[
+        bool,
+        typer.Option("--no-container", help="Apply the same launch plan on this machine."),
+    ] = False,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print docker build/run commands; no daemon.")
+        bool, typer.Option("--dry-run", help="Print the plan and docker commands; no daemon.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
-    Any command: gpulaunch run -- python -m my.module --flag
+    gpulaunch options may come before or after SCRIPT; options the script shares with
+    gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
+    Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.build import BuildOptions, dry_run_text
+    from gpulaunch.build import BuildOptions
     from gpulaunch.engine import Engine
-    from gpulaunch.jobs import RunOptions, dry_run_json, host_gpu_count, plan_run, prepare_image
-    from gpulaunch.launch import docker_run_argv, shell_line
+    from gpulaunch.jobs import RunOptions, plan_run, prepare_image
+    from gpulaunch.launch import shell_line
 
     _check_network(network)
+    if detach and no_container:
+        raise ConfigError("--detach: not available with --no-container")
     cfg, project = _load(config)
     rest = list(args or [])
     command: list[str] = []
-    if script is not None and script == "--":
-        command, script, rest = rest, None, []
-    elif "--" in sys.argv and script is None:
-        command = rest
-        rest = []
+    if script is not None and not script.endswith(".py") and not Path(script).is_file():
+        command, script, rest = [script, *rest], None, []  # `run -- CMD ...`
     opts = RunOptions(
         script=script,
         args=rest,
@@ -348,34 +376,80 @@ def run(
         mounts=list(mount or []),
         network=network,
         detach=detach,
+        profile=profile,
+        nccl=nccl,
+        nccl_ifname=nccl_ifname,
+        numa=numa,
+        precision=precision,
+        expandable_segments=expandable_segments,
+        no_container=no_container,
     )
+    cwd = Path.cwd()
+    if no_container:
+        plan = plan_run(cfg, project, cwd, opts, "(host)")
+        _print_warnings(plan)
+        if dry_run:
+            _print_dry_run(plan, None, None, as_json)
+            return
+        from gpulaunch.hostrun import run_on_host
+
+        _err(f"running on this host: {shell_line(plan.run.command)}")
+        code = run_on_host(plan.run, cwd)
+        if code:
+            _err(f"gpulaunch: job exited with {code}")
+        raise typer.Exit(code)
     if dry_run:
         cli = Engine().docker_cli()
         prepared = prepare_image(cfg, project, "buildkit" if cli else "classic", None, write=False)
-        plan = plan_run(cfg, project, Path.cwd(), opts, prepared.tag, host_gpu_count())
-        if as_json:
-            typer.echo(json.dumps(dry_run_json(prepared, plan), indent=2))
-        else:
-            typer.echo("# build (skipped when the tag exists)")
-            typer.echo(dry_run_text(prepared, cli), nl=False)
-            typer.echo("# run")
-            typer.echo(shell_line(docker_run_argv(plan, detach=detach)))
+        plan = plan_run(cfg, project, cwd, opts, prepared.tag)
+        _print_warnings(plan)
+        _print_dry_run(plan, prepared, cli, as_json, detach)
         return
+    plan = plan_run(cfg, project, cwd, opts, "(pending)")  # validate flags before building
+    _print_warnings(plan)
     outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild))
-    plan = plan_run(cfg, project, Path.cwd(), opts, outcome.tag, host_gpu_count())
+    plan.run.image = outcome.tag
     engine = _engine()
     from gpulaunch.runner import start, supervise
 
     if detach:
-        container = start(engine, plan, _err)
+        container = start(engine, plan.run, _err)
         typer.echo(container.name)
         return
-
-    _err(f"running {plan.name}: {shell_line(plan.command)}")
-    code = supervise(engine, plan, warn=_err)
+    _err(f"running {plan.run.name}: {shell_line(plan.run.command)}")
+    code = supervise(engine, plan.run, warn=_err)
     if code:
         _err(f"gpulaunch: job exited with {code}")
     raise typer.Exit(code)
+
+
+def _print_warnings(plan: Any) -> None:
+    for warning in plan.launch.warnings:
+        _err(f"warning: {warning}")
+
+
+def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
+    from gpulaunch.build import dry_run_text
+    from gpulaunch.jobs import dry_run_json
+    from gpulaunch.launch import docker_run_argv, shell_line
+
+    if as_json:
+        typer.echo(json.dumps(dry_run_json(prepared, plan), indent=2))
+        return
+    for line in plan.summary_lines():
+        typer.echo(f"# {line}")
+    typer.echo("# env:")
+    for key, item in sorted(plan.launch.env.items()):
+        typer.echo(f"#   {key}={item.value}  ({item.source})")
+    if prepared is None:
+        typer.echo("# command (host)")
+        env_args = [f"{k}={v}" for k, v in sorted(plan.run.env.items())]
+        typer.echo(shell_line(["env", *env_args, *plan.run.command]))
+        return
+    typer.echo("# build (skipped when the tag exists)")
+    typer.echo(dry_run_text(prepared, cli), nl=False)
+    typer.echo("# run")
+    typer.echo(shell_line(docker_run_argv(plan.run, detach=detach)))
 
 
 @app.command()

@@ -1,4 +1,9 @@
-"""The `run` use case: prepare the image, turn config + flags into a RunPlan, launch it."""
+"""The `run` use case: config + flags + profiles + topology -> one RunPlan.
+
+The same plan drives a container (docker SDK) and host mode (`--no-container`): env,
+torchrun, the NUMA wrapper and the precision helper are identical; only where the process
+starts differs.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch.build import BuildOptions, PreparedBuild, prepare_build
 from gpulaunch.engine import Builder
-from gpulaunch.errors import ConfigError
+from gpulaunch.errors import ConfigError, TopologyError
 from gpulaunch.launch import (
+    NGC_ULIMITS,
     WORKSPACE,
     Mount,
     RunPlan,
@@ -25,6 +31,12 @@ from gpulaunch.launch import (
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
+    from gpulaunch.profiles import ResolvedLaunch
+    from gpulaunch.topology import NumaPlan, Topology
+
+CONTAINER_LIB = "/opt/gpulaunch/lib"
+CONTAINER_NUMA_BIND = "/opt/gpulaunch/bin/numa_bind.py"
+PRECISION_MODULE = "gpulaunch_precision.py"
 
 
 @dataclass
@@ -38,26 +50,85 @@ class RunOptions:
     mounts: list[str] = field(default_factory=list)
     network: str | None = None
     detach: bool = False
+    profile: str | None = None
+    nccl: str | None = None
+    nccl_ifname: str | None = None
+    numa: str | None = None
+    precision: str | None = None
+    expandable_segments: bool | None = None
+    no_container: bool = False
 
 
-def host_gpu_count() -> int | None:
-    """GPUs of the engine's host when we can know them, else None (no validation).
+@dataclass
+class LaunchPlan:
+    """What --dry-run shows: the run plan plus where each setting came from."""
 
-    Counted from NVML, or from a fixture tree when GPULAUNCH_SYSFS_ROOT is set. Plain sysfs
-    without a driver is not trusted, and a remote DOCKER_HOST is not this machine.
+    run: RunPlan
+    launch: ResolvedLaunch
+    numa: NumaPlan
+    topology_source: str
+    host_mode: bool = False
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"profile: {self.launch.profile}"]
+        for name in ("nccl", "numa", "precision", "expandable_segments"):
+            item = getattr(self.launch, name)
+            if item is not None:
+                lines.append(f"{name}: {item.value}  ({item.source})")
+        lines.append(f"topology: {self.topology_source}")
+        lines += [f"numa {line}" for line in self.numa.describe()] or ["numa: no CPU binding"]
+        lines += [f"note: {n}" for n in (*self.numa.notes, *self.launch.notes)]
+        return lines
+
+
+def _trusted_topology(env: dict[str, str]) -> Topology | None:
+    """The engine host's topology when this machine is that host and it can be known.
+
+    NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
+    without a driver is not trusted for validation, and a remote DOCKER_HOST is not here.
     """
-    host = os.environ.get("DOCKER_HOST", "")
+    host = env.get("DOCKER_HOST", "")
     if host and not host.startswith("unix://"):
         return None
     from gpulaunch.topology import discover
 
     try:
-        topo = discover()
-    except Exception:
+        topo = discover(env)
+    except TopologyError:
         return None
-    if topo.source == "nvml" or os.environ.get("GPULAUNCH_SYSFS_ROOT"):
-        return len(topo.gpus)
+    if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
+        return topo
     return None
+
+
+def host_gpu_count() -> int | None:
+    topo = _trusted_topology(dict(os.environ))
+    return None if topo is None else len(topo.gpus)
+
+
+def _cpuset(value: Any) -> frozenset[int] | None:
+    if not value:
+        return None
+    from gpulaunch.topology import parse_cpulist
+
+    return parse_cpulist(str(value))
+
+
+def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: str | None) -> None:
+    docker = {key: item.value for key, item in launch.docker.items()}
+    if docker.get("ipc"):
+        plan.ipc = str(docker["ipc"])
+    if docker.get("shm_size"):
+        plan.shm_size = str(docker["shm_size"])
+        if plan.ipc == "host":
+            plan.ipc = None  # a private /dev/shm of that size instead of the host's
+    if docker.get("network") and not cli_network and plan.network is None:
+        plan.network = str(docker["network"])
+    plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add") or []))
+    plan.devices = sorted(set(plan.devices) | set(docker.get("devices") or []))
+    plan.ulimits = {**NGC_ULIMITS, **dict(docker.get("ulimits") or {})}
+    if docker.get("cpuset_cpus"):
+        plan.cpuset_cpus = str(docker["cpuset_cpus"])
 
 
 def plan_run(
@@ -66,21 +137,65 @@ def plan_run(
     cwd: Path,
     opts: RunOptions,
     image: str,
-    host_gpus: int | None,
-) -> RunPlan:
+    env: dict[str, str] | None = None,
+) -> LaunchPlan:
+    from gpulaunch.profiles import CliOverrides, detect_interconnect, resolve_launch
+    from gpulaunch.topology import plan_numa, select_gpus
+
+    environ = dict(os.environ if env is None else env)
+    topo = _trusted_topology(environ)
+    host_gpus = None if topo is None else len(topo.gpus)
     gpus = parse_gpus_flag(opts.gpus, config.launch.gpus)
     count = gpu_count(gpus, host_gpus)
-    if host_gpus is not None and count is not None and count > host_gpus:
-        raise ConfigError(f"--gpus: asked for {count} GPUs; this host has {host_gpus}")
-    if isinstance(gpus, str) and gpus != "all" and host_gpus is not None:
-        for item in gpus.split(","):
-            if item.isdigit() and int(item) >= host_gpus:
-                raise ConfigError(f"--gpus: GPU {item} does not exist; this host has {host_gpus}")
-    nproc = opts.nproc or config.launch.nproc or (count if count and count > 0 else 1)
+    selected: tuple[Any, ...] = ()
+    if topo is not None and gpus not in (0, "0"):
+        try:
+            selected = select_gpus(topo, gpus)
+        except TopologyError as err:
+            raise ConfigError(f"--gpus: {err.message}") from None
+        count = len(selected)
     if opts.script and opts.command:
         raise ConfigError("run: give either SCRIPT [ARGS] or -- COMMAND, not both")
+    nproc = opts.nproc or config.launch.nproc or (count if count and count > 0 else 1)
+
+    use_gpus = gpus not in (0, "0")
+    cli = CliOverrides(
+        profile=opts.profile,
+        nccl=opts.nccl,
+        numa=opts.numa,
+        precision=opts.precision,
+        expandable_segments=opts.expandable_segments,
+        env=parse_env_flags(opts.env),
+        nccl_ifname=opts.nccl_ifname,
+    )
+    launch = resolve_launch(
+        config,
+        cli,
+        interconnect=detect_interconnect(environ) if use_gpus else None,
+        gpu_names=[g.name for g in selected if g.name],
+    )
+    cpuset = launch.docker.get("cpuset_cpus")
+    allowed = _cpuset(cpuset.value) if cpuset is not None else None
+    numa_mode = str(launch.numa.value)
+    if topo is not None and selected and numa_mode != "off":
+        try:
+            numa = plan_numa(topo, selected, numa_mode, allowed)
+        except TopologyError as err:
+            raise ConfigError(f"--numa: {err.message}") from None
+    else:
+        note = () if numa_mode == "off" else ("no GPU topology for this run; CPU binding off",)
+        numa = plan_numa(topo, (), "off") if topo is not None else _no_plan(note)
+    if numa.ranks and len(numa.ranks) < nproc:
+        raise ConfigError(
+            f"--nproc: {nproc} processes but the NUMA plan has {len(numa.ranks)} ranks"
+        )
+
+    host_mode = opts.no_container
+    bind_script = _numa_bind_path(host_mode) if numa.ranks else None
     if opts.script:
-        command = script_command(opts.script, opts.args, project, cwd, nproc, None)
+        command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script)
+        if host_mode:
+            command = _host_paths(command, project)
     elif opts.command:
         command = list(opts.command)
     else:
@@ -88,31 +203,95 @@ def plan_run(
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
         command[command.index("--nproc-per-node") + 1] = "gpu"
 
-    env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **config.launch.env}
-    env.update(parse_env_flags(opts.env))
+    lib_dir = _precision_lib(project) if host_mode else CONTAINER_LIB
+    run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+    run_env["PYTHONPATH"] = lib_dir
+    run_env.update(launch.env_values())
+    run_env.update(numa.to_env())
+    if host_mode:
+        run_env.pop("HOME")
+        if use_gpus and isinstance(gpus, str) and gpus != "all":
+            run_env["CUDA_VISIBLE_DEVICES"] = gpus
+    if launch.log_dir:
+        (project / launch.log_dir).mkdir(parents=True, exist_ok=True)
+
     mounts = [Mount(str(project), WORKSPACE)]
     for i, spec in enumerate(config.launch.mounts):
         mounts.append(parse_mount(spec, project, f"launch.mounts[{i}]"))
     for spec in opts.mounts:
         mounts.append(parse_mount(spec, project, "--mount"))
+    mounts += _helper_mounts(bool(numa.ranks))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
         raise ConfigError("--mount: two mounts share the same container path")
 
     run_id = new_run_id()
     network = opts.network or config.launch.network
-    return RunPlan(
+    plan = RunPlan(
         image=image,
         name=f"gl-{config.name.replace('/', '-')}-{run_id}",
         command=command,
-        env=env,
+        env=run_env,
         mounts=mounts,
         user=f"{os.getuid()}:{os.getgid()}",
         gpus=gpus,
         labels=base_labels(config.name, run_id),
         network=None if network == "default" else network,
         nproc=nproc,
+        numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
     )
+    _apply_docker_options(plan, launch, opts.network)
+    source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
+    return LaunchPlan(plan, launch, numa, source, host_mode)
+
+
+def _no_plan(notes: tuple[str, ...]) -> NumaPlan:
+    from gpulaunch.topology import NumaPlan
+
+    return NumaPlan(mode="off", ranks=(), notes=notes)
+
+
+def _numa_bind_path(host_mode: bool) -> str:
+    from gpulaunch.topology import numa_bind_script
+
+    return str(numa_bind_script()) if host_mode else CONTAINER_NUMA_BIND
+
+
+def _helper_mounts(with_numa: bool) -> list[Mount]:
+    """The precision helper (always) and the NUMA wrapper (when binding), read-only."""
+    from gpulaunch.topology import numa_bind_script
+
+    helper = Path(__file__).resolve().parent / "precision_helper.py"
+    mounts = [Mount(str(helper), f"{CONTAINER_LIB}/{PRECISION_MODULE}", True)]
+    if with_numa:
+        mounts.append(Mount(str(numa_bind_script()), CONTAINER_NUMA_BIND, True))
+    return mounts
+
+
+def _precision_lib(project: Path) -> str:
+    """Host mode: a folder holding gpulaunch_precision.py for PYTHONPATH."""
+    import shutil
+
+    lib = project / ".gpulaunch" / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).resolve().parent / "precision_helper.py", lib / PRECISION_MODULE)
+    return str(lib)
+
+
+def _host_paths(command: list[str], project: Path) -> list[str]:
+    """Container paths (/workspace/...) back to host paths for --no-container."""
+    out = []
+    for part in command:
+        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
+            part = str(project) + part[len(WORKSPACE) :]
+        out.append(part)
+    import sys
+
+    if out and out[0] == "python":
+        out[0] = sys.executable
+    elif out and out[0] == "torchrun":
+        out[:1] = [sys.executable, "-m", "torch.distributed.run"]
+    return out
 
 
 def prepare_image(
@@ -121,14 +300,29 @@ def prepare_image(
     return prepare_build(config, project, builder, BuildOptions(network=network), write=write)
 
 
-def dry_run_json(prepared: PreparedBuild, plan: RunPlan) -> dict[str, Any]:
-    return {
-        "image": {
+def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if prepared is not None:
+        data["image"] = {
             "tag": prepared.tag,
             "builder": prepared.plan.builder,
             "build_args": prepared.request.build_args,
             "network": prepared.request.network,
             "base_image": prepared.plan.resolved.base_image,
-        },
-        "run": plan.to_json(),
+        }
+    run = plan.run.to_json()
+    if plan.host_mode:
+        run = {k: run[k] for k in ("command", "nproc", "env", "numa")}
+        run["mode"] = "host"
+    data["run"] = run
+    data["profile"] = plan.launch.profile
+    data["sources"] = {k: v.source for k, v in sorted(plan.launch.env.items())}
+    data["settings"] = {
+        name: {"value": item.value, "source": item.source}
+        for name in ("nccl", "numa", "precision", "expandable_segments")
+        if (item := getattr(plan.launch, name)) is not None
     }
+    data["numa_plan"] = plan.run.numa
+    data["warnings"] = list(plan.launch.warnings)
+    data["notes"] = [*plan.numa.notes, *plan.launch.notes]
+    return data
