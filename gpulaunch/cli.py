@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -58,6 +59,9 @@ def handle_errors(fn: F) -> F:
             if err.hint:
                 _err(f"hint: {err.hint}")
             raise typer.Exit(int(err.exit_code)) from None
+        except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+            raise typer.Exit(0) from None
         except KeyboardInterrupt:
             _err("gpulaunch: interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

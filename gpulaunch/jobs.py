@@ -94,7 +94,7 @@ def _trusted_topology(env: dict[str, str]) -> Topology | None:
 
     try:
         topo = discover(env)
-    except TopologyError:
+    except Exception:  # advisory: a broken NVML or sysfs must not stop a launch
         return None
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
         return topo
@@ -146,6 +146,8 @@ def plan_run(
     topo = _trusted_topology(environ)
     host_gpus = None if topo is None else len(topo.gpus)
     gpus = parse_gpus_flag(opts.gpus, config.launch.gpus)
+    if not opts.no_container:
+        check_host(config, gpus, environ)
     count = gpu_count(gpus, host_gpus)
     selected: tuple[Any, ...] = ()
     if topo is not None and gpus not in (0, "0"):
@@ -243,6 +245,29 @@ def plan_run(
     _apply_docker_options(plan, launch, opts.network)
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
     return LaunchPlan(plan, launch, numa, source, host_mode)
+
+
+def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> None:
+    """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
+    if gpus in (0, "0"):
+        return
+    host = env.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return
+    from gpulaunch import hostcheck
+    from gpulaunch.catalog import resolve
+    from gpulaunch.render import image_request
+
+    info = hostcheck.probe(env)
+    if info is None:
+        return
+    if isinstance(gpus, int):
+        selected: list[int] | None = list(range(min(gpus, len(info.names))))
+    elif gpus != "all" and all(part.isdigit() for part in gpus.split(",")):
+        selected = [int(part) for part in gpus.split(",") if int(part) < len(info.names)]
+    else:
+        selected = None
+    hostcheck.check(resolve(image_request(config)), info, selected)
 
 
 def _no_plan(notes: tuple[str, ...]) -> NumaPlan:
