@@ -96,13 +96,22 @@ def context_files(project: Path, dockerignore: str) -> list[str]:
         for line in dockerignore.splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    return sorted(p for p in exclude_paths(str(project), patterns) if (project / p).is_file())
+    # .dockerignore itself is hashed as the rules (see image_hash), so a dry run before the
+    # file exists computes the same tag as the build that writes it.
+    return sorted(
+        p
+        for p in exclude_paths(str(project), patterns)
+        if p != ".dockerignore" and (project / p).is_file()
+    )
 
 
-def image_hash(dockerfile: str, args: dict[str, str], project: Path, files: list[str]) -> str:
+def image_hash(
+    dockerfile: str, args: dict[str, str], project: Path, files: list[str], ignore: str = ""
+) -> str:
     digest = hashlib.sha256()
     digest.update(f"gpulaunch-build:1:{__version__}\n".encode())
     digest.update(dockerfile.encode())
+    digest.update(b"\0dockerignore\0" + ignore.encode())
     for key, value in sorted(args.items()):
         digest.update(f"\0arg:{key}={value}".encode())
     for rel in files:
@@ -143,9 +152,8 @@ def prepare_build(
     else:
         ignore = render_dockerignore()
     args = build_args()
-    tag = (
-        f"{config.name}:gl-{image_hash(dockerfile, args, project, context_files(project, ignore))}"
-    )
+    files = context_files(project, ignore)
+    tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, files, ignore)}"
     request = BuildRequest(
         dockerfile=dockerfile,
         context=project,
