@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpulaunch import nvml
 from gpulaunch.catalog import ResolvedImage, driver_satisfies, gpu_compute_capability, matrix
 from gpulaunch.catalog import supports_arch as _supports_arch
 from gpulaunch.errors import ConfigError
@@ -22,26 +23,12 @@ class HostGpus:
 
 def probe(env: Mapping[str, str]) -> HostGpus | None:
     """Driver version and GPU names from NVML; None when NVML is absent or a fixture is used."""
-    if env.get("GPULAUNCH_SYSFS_ROOT"):
-        return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError: no driver / no GPU
-        return None
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        count = pynvml.nvmlDeviceGetCount()
-        names = tuple(
-            _text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
-            for i in range(count)
-        )
-        return HostGpus(driver, names)
-    finally:
-        pynvml.nvmlShutdown()
+    with nvml.session(env) as lib:
+        if lib is None:
+            return None
+        driver = _text(lib.nvmlSystemGetDriverVersion())
+        handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+        return HostGpus(driver, tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles))
 
 
 def _text(value: object) -> str:

@@ -21,7 +21,6 @@ functions that read data files, so importing this from the CLI stays cheap.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -314,37 +313,32 @@ def _parse_cc(value: Any) -> tuple[int, int] | None:
 def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:
     """ "nvlink" when NVML reports an active NVLink on any GPU, "pcie" when it reports none,
     None when it cannot tell (no pynvml, no driver, no GPU, or a sysfs fixture is in use)."""
-    env = os.environ if env is None else env
-    if env.get(SYSFS_ROOT_ENV):
-        return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        if count == 0:
+    from gpulaunch import nvml
+
+    with nvml.session(os.environ if env is None else env) as lib:
+        if lib is None:
             return None
-        max_links = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
-        enabled = getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
-        for index in range(count):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for link in range(max_links):
-                try:
-                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) == enabled:
-                        return "nvlink"
-                except Exception:  # NotSupported / InvalidArgument past the last link
-                    break
-        return "pcie"
-    except Exception:
+        try:
+            return _nvlink_state(lib)
+        except Exception:
+            return None
+
+
+def _nvlink_state(lib: Any) -> str | None:
+    count = int(lib.nvmlDeviceGetCount())
+    if count == 0:
         return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    max_links = int(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18))
+    enabled = getattr(lib, "NVML_FEATURE_ENABLED", 1)
+    for index in range(count):
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        for link in range(max_links):
+            try:
+                if lib.nvmlDeviceGetNvLinkState(handle, link) == enabled:
+                    return "nvlink"
+            except Exception:  # NotSupported / InvalidArgument past the last link
+                break
+    return "pcie"
 
 
 # --------------------------------------------------------------------------- profiles

@@ -168,26 +168,12 @@ def discover(env: Mapping[str, str] | None = None) -> Topology:
     root = env.get(SYSFS_ROOT_ENV)
     if root:
         return _discover_sysfs(Path(root))
-    nvml = _load_nvml()
-    if nvml is not None:
-        try:
-            return _discover_nvml(nvml, Path("/sys"))
-        finally:
-            _call(nvml.nvmlShutdown)
+    from gpulaunch import nvml
+
+    with nvml.session(env) as lib:
+        if lib is not None:
+            return _discover_nvml(lib, Path("/sys"))
     return _discover_sysfs(Path("/sys"))
-
-
-def _load_nvml() -> Any:
-    """The initialized pynvml module, or None when it is not installed or has no driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-        return None
-    return pynvml
 
 
 def _discover_sysfs(root: Path) -> Topology:
