@@ -138,7 +138,7 @@ class Engine:
             candidates.append(explicit)
         for directory in self.env.get("PATH", os.defpath).split(os.pathsep):
             found = Path(directory) / "docker"
-            if found.is_file() and os.access(found, os.X_OK) and str(found) not in candidates:
+            if _is_executable(found) and str(found) not in candidates:
                 candidates.append(str(found))
         for path in candidates:
             if self._cli_ok(path, ["buildx", "version"]):
@@ -354,8 +354,17 @@ class Engine:
         return "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
 
 
-def stream_logs(container: Any) -> Iterator[bytes]:
-    return iter(container.logs(stream=True, follow=True, stdout=True, stderr=True))
+def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
+    return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
+
+
+def _is_executable(path: Path) -> bool:
+    """Like shutil.which's test: a PATH entry we may not read (root's ~/bin under sudo or
+    another uid) is skipped instead of raising PermissionError."""
+    try:
+        return path.is_file() and os.access(path, os.X_OK)
+    except OSError:
+        return False
 
 
 def _major(version: str) -> int:

@@ -35,9 +35,9 @@ class _Stopper:
         self.event.set()
 
 
-def _pump(container: Any, out: BinaryIO, done: threading.Event) -> None:
+def _pump(container: Any, out: BinaryIO, done: threading.Event, stream: str) -> None:
     try:
-        for chunk in stream_logs(container):
+        for chunk in stream_logs(container, stdout=stream == "stdout", stderr=stream == "stderr"):
             out.write(chunk)
             out.flush()
     except Exception:
@@ -72,9 +72,15 @@ def supervise(
     out: BinaryIO | None = None,
     on_started: Callable[[Any], None] | None = None,
     warn: Callable[[str], None] = print,
+    err: BinaryIO | None = None,
 ) -> int:
-    """Run the plan's container to completion; return the exit code gpulaunch should exit with."""
+    """Run the plan's container to completion; return the exit code gpulaunch should exit with.
+
+    The job's stdout goes to `out` and its stderr to `err`, kept apart as `docker run` keeps
+    them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
+    """
     out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
@@ -93,8 +99,11 @@ def supervise(
             finally:
                 finished.set()
 
-        streamed = threading.Event()
-        threading.Thread(target=_pump, args=(container, out, streamed), daemon=True).start()
+        streamed = [threading.Event(), threading.Event()]
+        for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
+            threading.Thread(
+                target=_pump, args=(container, target, done, stream), daemon=True
+            ).start()
         threading.Thread(target=wait, daemon=True).start()
         graceful_sent = forced = False
         while not finished.is_set():
@@ -109,7 +118,8 @@ def supervise(
                 forced = True
                 _signal(container, "SIGKILL")
             stopper.event.clear()
-        streamed.wait(5)
+        for done in streamed:
+            done.wait(5)
         if stopper.signum is not None:
             return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
         if "error" in exit_box:
