@@ -1,0 +1,283 @@
+"""Helpers for the real-engine tests: the CLI as a process, fixture projects, engine checks.
+
+gpulaunch always runs as a separate process (`python -m gpulaunch`), so exit codes, stdout
+vs stderr and signals are exactly what a user sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from engine_env import base_image, wheelhouse
+
+PROJECTS = Path(__file__).resolve().parent / "projects"
+SESSION_NAME = "gltest-e2e"
+TEMP_PREFIX = "gltest-e2e-"  # images and projects of single tests; removed at session end
+MANAGED_LABEL = "io.gpulaunch.managed"
+PROJECT_LABEL = "io.gpulaunch.project"
+BUILD_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 180
+
+
+# -- running the CLI -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return (
+            f"$ {' '.join(self.argv)}\nexit {self.returncode}\n"
+            f"--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-4000:]}"
+        )
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(NO_COLOR="1", COLUMNS="200", TERM="dumb")
+    env.update(extra)
+    return env
+
+
+def gl_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpulaunch", *args]
+
+
+def gl(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = RUN_TIMEOUT_S,
+    prefix: tuple[str, ...] = (),
+) -> Result:
+    """Run `gpulaunch ARGS` in `cwd` as a real process and capture both streams."""
+    argv = [*prefix, *gl_argv(*args)]
+    proc = subprocess.run(
+        argv,
+        cwd=cwd,
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        check=False,
+    )
+    return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def container_name(result_stderr: str) -> str:
+    """The container name from gpulaunch's `running NAME: COMMAND` line."""
+    for line in result_stderr.splitlines():
+        if line.startswith("running gl-"):
+            return line.split()[1].rstrip(":")
+    raise AssertionError(f"no `running gl-...` line in stderr:\n{result_stderr}")
+
+
+class LiveJob:
+    """`gpulaunch ...` started in the background, its output collected line by line."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.argv = argv
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: Any, lines: list[str]) -> None:
+        for raw in iter(stream.readline, b""):
+            with self._changed:
+                lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def text(self) -> str:
+        with self._changed:
+            return "\n".join(self.stdout)
+
+    def describe(self) -> str:
+        with self._changed:
+            out, err = "\n".join(self.stdout[-60:]), "\n".join(self.stderr[-60:])
+        return f"$ {' '.join(self.argv)}\n--- stdout\n{out}\n--- stderr\n{err}"
+
+    def wait_for(self, text: str, count: int = 1, timeout: float = 90) -> None:
+        """Block until `text` occurs on `count` stdout lines; fail if the process ends first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while sum(text in line for line in self.stdout) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"{text!r} x{count} not seen in {timeout}s\n{self.describe()}")
+                if self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
+                    pytest.fail(f"exited {self.proc.returncode} before {text!r}\n{self.describe()}")
+                self._changed.wait(min(left, 0.5))
+
+    def send(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def finish(self, timeout: float = 90) -> int:
+        code = self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+# -- projects ------------------------------------------------------------------------------
+def app_config(name: str) -> dict[str, Any]:
+    """Like examples/offline-cpu: local base image, CPU torch from wheels/, no network."""
+    return {
+        "version": 1,
+        "name": name,
+        "image": {
+            "base": base_image(),
+            "python": "3.11",
+            "torch": "2.13.0",
+            "cuda": "cpu",
+            "pip": {"no_index": True, "find_links": ["wheels"]},
+        },
+        "build": {"network": "none"},
+        "launch": {"gpus": 0, "network": "none"},
+    }
+
+
+def tiny_config(name: str, run: list[str] | None = None) -> dict[str, Any]:
+    """No torch: an image of its own in a few seconds."""
+    config: dict[str, Any] = {
+        "version": 1,
+        "name": name,
+        "image": {"base": base_image(), "python": "3.11", "torch": "none", "cuda": "cpu"},
+        "build": {"network": "none"},
+        "launch": {"gpus": 0, "network": "none"},
+    }
+    if run:
+        config["image"]["run"] = run
+    return config
+
+
+def write_project(dest: Path, template: str, config: dict[str, Any]) -> Path:
+    shutil.copytree(PROJECTS / template, dest, dirs_exist_ok=True)
+    (dest / "gpulaunch.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def link_wheels(project: Path) -> None:
+    """Hard links of the wheelhouse (a copy across file systems) in project/wheels/."""
+    wheels = sorted(wheelhouse().glob("*.whl"))
+    if not any(w.name.startswith("torch-") for w in wheels):
+        pytest.fail(f"no torch wheel in {wheelhouse()}; run dev/engine-setup", pytrace=False)
+    target = project / "wheels"
+    target.mkdir(exist_ok=True)
+    for wheel in wheels:
+        dest = target / wheel.name
+        if dest.exists():
+            continue
+        try:
+            os.link(wheel, dest)
+        except OSError:
+            shutil.copy2(wheel, dest)
+
+
+def temp_name(what: str) -> str:
+    return f"{TEMP_PREFIX}{what}-{secrets.token_hex(3)}"
+
+
+def build_logs(project: Path) -> set[Path]:
+    return set((project / ".gpulaunch" / "logs").glob("*.log"))
+
+
+# -- engine helpers ------------------------------------------------------------------------
+def managed_containers(client: Any, project_name: str) -> list[Any]:
+    """gpulaunch containers of one project, in any state."""
+    filters = {"label": [MANAGED_LABEL, f"{PROJECT_LABEL}={project_name}"]}
+    return list(client.containers.list(all=True, filters=filters))
+
+
+def project_containers(client: Any, project_name: str) -> list[Any]:
+    """Any container (builder ones included) carrying the project's image label."""
+    filters = {"label": f"{PROJECT_LABEL}={project_name}"}
+    return list(client.containers.list(all=True, filters=filters))
+
+
+def remove_project_images(client: Any, project_name: str) -> None:
+    """Every image (tagged or intermediate) built from a project."""
+    from docker.errors import APIError
+
+    images = client.images.list(all=True, filters={"label": f"{PROJECT_LABEL}={project_name}"})
+    for image in images:
+        with contextlib.suppress(APIError):  # already gone with a child
+            client.images.remove(image.id, force=True)
+
+
+def remove_stale_session_tags(client: Any, current: str) -> None:
+    """Session images of earlier fixture versions: only the current one is worth keeping."""
+    from docker.errors import APIError
+
+    for image in client.images.list(name=SESSION_NAME):
+        for tag in image.tags:
+            if tag.startswith(f"{SESSION_NAME}:gl-") and tag != current:
+                with contextlib.suppress(APIError):
+                    client.images.remove(tag)
+
+
+def temp_project_names(client: Any) -> set[str]:
+    names = set()
+    for image in client.images.list(all=True, filters={"label": PROJECT_LABEL}):
+        name = (image.labels or {}).get(PROJECT_LABEL, "")
+        if name.startswith(TEMP_PREFIX):
+            names.add(name)
+    return names
+
+
+def reap(client: Any) -> None:
+    from docker.errors import APIError
+
+    for container in client.containers.list(all=True, filters={"label": PROJECT_LABEL}):
+        if (container.labels or {}).get(PROJECT_LABEL, "").startswith(SESSION_NAME):  # ours
+            with contextlib.suppress(APIError):
+                container.remove(force=True)
+
+
+@dataclass
+class SessionImage:
+    """The image every run test uses, and how its (first) build went."""
+
+    tag: str
+    project: Path
+    build: Result
+    logs_after_build: set[Path] = field(default_factory=set)
+
+
+def run_job(app: Path, *args: str, timeout: float = RUN_TIMEOUT_S, **env: str) -> Result:
+    """`gpulaunch run ARGS` in the session project; asserts the image was reused, not rebuilt."""
+    result = gl("run", *args, cwd=app, env=cli_env(**env), timeout=timeout)
+    assert "is up to date" in result.stderr, (
+        "the session image was rebuilt: did a job change the build context?\n" + result.describe()
+    )
+    return result
