@@ -109,7 +109,7 @@ def image_hash(
     dockerfile: str, args: dict[str, str], project: Path, files: list[str], ignore: str = ""
 ) -> str:
     digest = hashlib.sha256()
-    digest.update(f"gpulaunch-build:1:{__version__}\n".encode())
+    digest.update(f"gpulaunch-build:2:{__version__}\n".encode())
     digest.update(dockerfile.encode())
     digest.update(b"\0dockerignore\0" + ignore.encode())
     for key, value in sorted(args.items()):

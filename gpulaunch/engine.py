@@ -63,6 +63,8 @@ class DockerCli:
             argv += ["-t", tag]
         for key, value in sorted(req.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(req.labels.items()):
+            argv += ["--label", f"{key}={value}"]
         if req.network != "default":
             argv += ["--network", req.network]
         if req.no_cache:
@@ -245,6 +247,7 @@ class Engine:
                 buildargs=req.build_args,
                 network_mode=None if req.network == "default" else req.network,
                 nocache=req.no_cache,
+                labels=req.labels or None,
                 rm=True,
                 forcerm=True,
                 decode=True,

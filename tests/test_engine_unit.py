@@ -57,6 +57,7 @@ def test_cli_build_argv(tmp_path: Path) -> None:
         build_args={"GL_UID": "1000"},
         network="none",
         no_cache=True,
+        labels={"io.gpulaunch.managed": "true"},
     )
     assert DockerCli("/usr/bin/docker", "env").build_argv(req, Path("/tmp/D")) == [
         "/usr/bin/docker",
@@ -70,6 +71,8 @@ def test_cli_build_argv(tmp_path: Path) -> None:
         "p:latest",
         "--build-arg",
         "GL_UID=1000",
+        "--label",
+        "io.gpulaunch.managed=true",
         "--network",
         "none",
         "--no-cache",

@@ -80,3 +80,18 @@ def test_container_ranks_follow_the_numa_plan(tmp_path: Path) -> None:
         check=True,
     )
     assert left.stdout.strip() == ""
+    label = subprocess.run(
+        [
+            "docker",
+            "image",
+            "inspect",
+            "gltest-numa:latest",
+            "--format",
+            '{{index .Config.Labels "io.gpulaunch.managed"}} '
+            '{{index .Config.Labels "io.gpulaunch.torch"}}',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert label.stdout.split() == ["true", "2.13.0"]
