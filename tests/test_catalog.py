@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulaunch import catalog as cat_mod
+from gpulaunch import catalog_data as cat_mod
 from gpulaunch.catalog import (
     ImageRequest,
     ResolvedImage,

@@ -1,0 +1,462 @@
+"""Catalog data model and the loader of gpulaunch/data/catalog.yaml.
+
+Shape validation lives here (every field checked, unknown keys and unquoted numbers refused,
+errors carry the YAML path), so `gpulaunch.catalog` holds only the reasoning over the facts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from importlib import resources
+from typing import Any, NamedTuple, TypeVar
+
+from gpulaunch.errors import CatalogError
+
+CONFIDENCES = ("high", "medium", "low")
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_CU_VARIANT_RE = re.compile(r"^cu(\d+)(\d)$")
+_TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_PYTHON_RE = re.compile(r"^3\.\d+$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)[af]?$")
+_DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
+
+T = TypeVar("T")
+
+
+def _vt(version: str) -> tuple[int, ...]:
+    """Numeric tuple of a dotted version, so "2.10" sorts after "2.9" (never as 2.1)."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def _xy(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _join(items: Iterable[str]) -> str:
+    return ", ".join(items)
+
+
+def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
+    """Up to n known versions closest to `wanted` in version order, nearest first."""
+    ordered = sorted(set(known), key=_vt)
+    keys = [_vt(v) for v in ordered]
+    pos = bisect.bisect_left(keys, _vt(wanted))
+    lo, hi = pos - 1, pos
+    out: list[str] = []
+    while len(out) < n and (lo >= 0 or hi < len(ordered)):
+        if lo >= 0:
+            out.append(ordered[lo])
+            lo -= 1
+        if len(out) < n and hi < len(ordered):
+            out.append(ordered[hi])
+            hi += 1
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Catalog model
+# ---------------------------------------------------------------------------
+
+
+class OsInfo(NamedTuple):
+    name: str
+    python: str
+    glibc: str
+
+
+class CudaImage(NamedTuple):
+    cuda: str
+    os: tuple[str, ...]
+    cudnn_token: str | None
+    cudnn_major: str | None
+    cudnn_os: tuple[str, ...]
+    confidence: str
+
+    @property
+    def xy(self) -> str:
+        return _xy(self.cuda)
+
+    def oses(self, cudnn: bool) -> tuple[str, ...]:
+        return self.cudnn_os if cudnn else self.os
+
+    def flavor_tag(self, kind: str, cudnn: bool) -> str:
+        return f"{self.cudnn_token}-{kind}" if cudnn else kind
+
+
+class CpuImage(NamedTuple):
+    template: str
+    os: str
+    pythons: tuple[str, ...]
+    confidence: str
+
+
+class Variant(NamedTuple):
+    variant: str
+    cuda: str
+    status: str
+    cudnn: str
+    archs: tuple[str, ...]
+    confidence: str
+
+
+class Patch(NamedTuple):
+    torch: str
+    torchvision: str | None
+    torchaudio: str | None
+    confidence: str
+
+
+class TorchRelease(NamedTuple):
+    minor: str
+    python_min: str
+    python_max: str
+    python_experimental: tuple[str, ...]
+    pypi_default: str
+    glibc: str
+    patches: tuple[Patch, ...]
+    variants: tuple[Variant, ...]
+    confidence: str
+
+    def python_ok(self, python: str) -> bool:
+        return _vt(self.python_min) <= _vt(python) <= _vt(self.python_max)
+
+    def python_range(self) -> str:
+        text = f"{self.python_min}{_DASH}{self.python_max}"
+        if self.python_experimental:
+            text += f" ({_join(self.python_experimental)} experimental)"
+        return text
+
+
+class NgcRelease(NamedTuple):
+    tag: str
+    torch: str
+    cuda: str
+    cudnn: str | None
+    python: str
+    os: str
+    confidence: str
+
+    @property
+    def torch_xy(self) -> str:
+        return _xy(self.torch.split("a")[0].split("+")[0])
+
+
+class Gpu(NamedTuple):
+    cc: str
+    arch: str
+    names: tuple[re.Pattern[str], ...]
+    confidence: str
+
+
+class ArchWindow(NamedTuple):
+    cuda: str
+    min_cc: str
+    max_cc: str
+
+
+class ToolkitDriver(NamedTuple):
+    cuda: str
+    driver: str
+    confidence: str
+
+
+class Catalog(NamedTuple):
+    os: dict[str, OsInfo]
+    ubuntu_preference: tuple[str, ...]
+    python_cap: str
+    cpu_python: str
+    cuda_image: str
+    cuda_images: tuple[CudaImage, ...]
+    cpu: CpuImage
+    index_url: str
+    releases: tuple[TorchRelease, ...]  # oldest first
+    minor_version_floor: dict[str, str]
+    toolkit_drivers: dict[str, ToolkitDriver]
+    gpus: tuple[Gpu, ...]
+    arch_windows: tuple[ArchWindow, ...]
+    ngc_image: str
+    ngc: tuple[NgcRelease, ...]
+
+    def patches(self) -> list[tuple[TorchRelease, Patch]]:
+        return [(rel, p) for rel in self.releases for p in rel.patches]
+
+    def cuda_xys(self) -> set[str]:
+        known = {img.xy for img in self.cuda_images}
+        known |= {v.cuda for rel in self.releases for v in rel.variants}
+        return known | {_xy(n.cuda) for n in self.ngc}
+
+
+# ---------------------------------------------------------------------------
+# Loading and shape validation
+# ---------------------------------------------------------------------------
+
+
+class _Node:
+    """A mapping from the YAML file, read key by key so errors carry a path."""
+
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, dict):
+            raise _bad(path, "expected a mapping")
+        self.data: dict[str, Any] = data
+        self.path = path
+        self.seen: set[str] = {"note"}
+
+    def _get(self, key: str, required: bool) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                raise _bad(f"{self.path}.{key}", "missing")
+            return None
+        return self.data[key]
+
+    def text(self, key: str, *, version: bool = False) -> str:
+        value = self.opt_text(key, version=version)
+        if value is None:
+            raise _bad(f"{self.path}.{key}", "missing")
+        return value
+
+    def opt_text(self, key: str, *, version: bool = False) -> str | None:
+        value = self._get(key, required=False)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise _bad(f"{self.path}.{key}", f"expected a quoted string, got {value!r}")
+        if version and not _VERSION_RE.match(value):
+            raise _bad(f"{self.path}.{key}", f"not a dotted version: {value!r}")
+        return value
+
+    def texts(self, key: str, *, version: bool = False, required: bool = True) -> tuple[str, ...]:
+        value = self._get(key, required=required)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise _bad(f"{self.path}.{key}", "expected a list")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _bad(f"{self.path}.{key}[{i}]", f"expected a quoted string, got {item!r}")
+            if version and not _VERSION_RE.match(item):
+                raise _bad(f"{self.path}.{key}[{i}]", f"not a dotted version: {item!r}")
+            out.append(item)
+        return tuple(out)
+
+    def confidence(self) -> str:
+        value = self.opt_text("confidence") or "high"
+        if value not in CONFIDENCES:
+            raise _bad(f"{self.path}.confidence", f"must be one of {_join(CONFIDENCES)}")
+        return value
+
+    def node(self, key: str) -> _Node:
+        return _Node(self._get(key, required=True), f"{self.path}.{key}")
+
+    def opt_node(self, key: str) -> _Node | None:
+        value = self._get(key, required=False)
+        return None if value is None else _Node(value, f"{self.path}.{key}")
+
+    def nodes(self, key: str) -> list[_Node]:
+        value = self._get(key, required=True)
+        if not isinstance(value, list):
+            raise _bad(f"{self.path}.{key}", "expected a list")
+        return [_Node(item, f"{self.path}.{key}[{i}]") for i, item in enumerate(value)]
+
+    def mapping(self, key: str) -> dict[str, _Node]:
+        node = self.node(key)
+        node.seen.update(node.data)
+        return {str(k): _Node(v, f"{node.path}.{k}") for k, v in node.data.items()}
+
+    def text_mapping(self, key: str) -> dict[str, str]:
+        node = self.node(key)
+        return {str(k): node.text(str(k), version=True) for k in node.data}
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise _bad(self.path, f"unknown key(s) {_join(extra)}")
+
+
+def _bad(path: str, why: str) -> CatalogError:
+    return CatalogError(f"catalog: {path}: {why} (gpulaunch/data/catalog.yaml is broken)")
+
+
+def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
+    out = []
+    for node in nodes:
+        out.append(build(node))
+        node.done()
+    return tuple(out)
+
+
+def _os_info(name: str, node: _Node) -> OsInfo:
+    info = OsInfo(name, node.text("python", version=True), node.text("glibc", version=True))
+    node.done()
+    return info
+
+
+def _cuda_image(node: _Node) -> CudaImage:
+    cuda = node.text("cuda", version=True)
+    oses = node.texts("os")
+    cudnn = node.opt_node("cudnn")
+    token = major = None
+    cudnn_os: tuple[str, ...] = ()
+    if cudnn is not None:
+        token, major = cudnn.text("token"), cudnn.text("major", version=True)
+        cudnn_os = cudnn.texts("os", required=False) or oses
+        cudnn.done()
+    return CudaImage(cuda, oses, token, major, cudnn_os, node.confidence())
+
+
+def _variant(node: _Node) -> Variant:
+    archs = node.texts("archs")
+    for arch in archs:
+        if not _CC_RE.match(arch.removesuffix("+PTX")):
+            raise _bad(f"{node.path}.archs", f"bad arch {arch!r}")
+    return Variant(
+        node.text("variant"),
+        node.text("cuda", version=True),
+        node.text("status"),
+        node.text("cudnn", version=True),
+        archs,
+        node.confidence(),
+    )
+
+
+def _patch(node: _Node) -> Patch:
+    return Patch(
+        node.text("torch", version=True),
+        node.opt_text("torchvision", version=True),
+        node.opt_text("torchaudio", version=True),
+        node.confidence(),
+    )
+
+
+def _release(node: _Node) -> TorchRelease:
+    py = node.node("python")
+    release = TorchRelease(
+        minor=node.text("minor", version=True),
+        python_min=py.text("min", version=True),
+        python_max=py.text("max", version=True),
+        python_experimental=py.texts("experimental", version=True, required=False),
+        pypi_default=node.text("pypi_default", version=True),
+        glibc=node.text("glibc", version=True),
+        patches=_each(node.nodes("patches"), _patch),
+        variants=_each(node.nodes("variants"), _variant),
+        confidence=node.confidence(),
+    )
+    py.done()
+    for v in release.variants:
+        if v.status not in ("stable", "experimental", "legacy"):
+            raise _bad(node.path, f"variant {v.variant}: unknown status {v.status!r}")
+    return release
+
+
+def _ngc(node: _Node) -> NgcRelease:
+    return NgcRelease(
+        node.text("tag"),
+        node.text("torch"),
+        node.text("cuda", version=True),
+        node.opt_text("cudnn", version=True),
+        node.text("python", version=True),
+        node.text("os"),
+        node.confidence(),
+    )
+
+
+def _gpu(node: _Node) -> Gpu:
+    names = []
+    for pattern in node.texts("names"):
+        try:
+            names.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as err:
+            raise _bad(f"{node.path}.names", f"bad pattern {pattern!r}: {err}") from err
+    return Gpu(node.text("cc", version=True), node.text("arch"), tuple(names), node.confidence())
+
+
+def _window(node: _Node) -> ArchWindow:
+    return ArchWindow(
+        node.text("cuda", version=True),
+        node.text("min_cc", version=True),
+        node.text("max_cc", version=True),
+    )
+
+
+def _driver(node: _Node) -> ToolkitDriver:
+    return ToolkitDriver(
+        node.text("cuda", version=True), node.text("driver", version=True), node.confidence()
+    )
+
+
+def _parse_catalog(raw: object) -> Catalog:
+    root = _Node(raw, "catalog")
+    root.text("schema_version")
+    root.text("research_date")
+    os_map = {name: _os_info(name, node) for name, node in root.mapping("os").items()}
+    defaults = root.node("defaults")
+    images = root.node("cuda_images")
+    cpu = root.node("cpu_image")
+    torch = root.node("torch")
+    drivers = root.node("drivers")
+    ngc = root.node("ngc")
+    catalog = Catalog(
+        os=os_map,
+        ubuntu_preference=defaults.texts("ubuntu_preference"),
+        python_cap=defaults.text("python_cap", version=True),
+        cpu_python=defaults.text("cpu_python", version=True),
+        cuda_image=images.text("image"),
+        cuda_images=_each(images.nodes("versions"), _cuda_image),
+        cpu=CpuImage(
+            cpu.text("image"), cpu.text("os"), cpu.texts("pythons", version=True), cpu.confidence()
+        ),
+        index_url=torch.text("index_url"),
+        releases=_each(torch.nodes("releases"), _release),
+        minor_version_floor=drivers.text_mapping("minor_version_floor"),
+        toolkit_drivers={d.cuda: d for d in _each(drivers.nodes("toolkit"), _driver)},
+        gpus=_each(root.nodes("gpus"), _gpu),
+        arch_windows=_each(root.nodes("toolkit_arch_window"), _window),
+        ngc_image=ngc.text("image"),
+        ngc=_each(ngc.nodes("releases"), _ngc),
+    )
+    for node in (defaults, images, cpu, torch, drivers, ngc, root):
+        node.done()
+    _check_consistency(catalog)
+    return catalog
+
+
+def _check_consistency(cat: Catalog) -> None:
+    """Cross-references the YAML cannot express: unknown OS names, unsorted rows."""
+    for img in cat.cuda_images:
+        for name in img.os + img.cudnn_os:
+            if name not in cat.os:
+                raise _bad(f"cuda_images {img.cuda}", f"unknown os {name!r}")
+    for name in (*cat.ubuntu_preference, cat.cpu.os, *(n.os for n in cat.ngc)):
+        if name not in cat.os:
+            raise _bad("os", f"{name!r} is used but not defined")
+    minors = [_vt(rel.minor) for rel in cat.releases]
+    if minors != sorted(minors):
+        raise _bad("torch.releases", "must be sorted oldest first")
+    for rel in cat.releases:
+        for patch in rel.patches:
+            if _xy(patch.torch) != rel.minor:
+                raise _bad(f"torch {rel.minor}", f"patch {patch.torch} is not a {rel.minor}.x")
+        for v in rel.variants:
+            if v.variant != "cu" + v.cuda.replace(".", ""):
+                raise _bad(f"torch {rel.minor}", f"variant {v.variant} != CUDA {v.cuda}")
+
+
+@functools.cache
+def load_catalog() -> Catalog:
+    """Load the packaged catalog once per process."""
+    import yaml  # lazy: keeps `import gpulaunch.catalog` cheap
+
+    text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise CatalogError(
+            f"catalog: gpulaunch/data/catalog.yaml is not valid YAML: {err}"
+        ) from err
+    return _parse_catalog(raw)
