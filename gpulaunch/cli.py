@@ -557,8 +557,7 @@ def profiles_show(
     resolved = resolve_launch(cfg, CliOverrides(profile=name))
     settings = {
         key: {"value": item.value, "source": item.source}
-        for key in ("nccl", "numa", "precision", "expandable_segments")
-        if (item := getattr(resolved, key)) is not None
+        for key, item in resolved.settings().items()
     }
     env = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.env.items())}
     docker = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.docker.items())}

@@ -71,10 +71,8 @@ class LaunchPlan:
 
     def summary_lines(self) -> list[str]:
         lines = [f"profile: {self.launch.profile}"]
-        for name in ("nccl", "numa", "precision", "expandable_segments"):
-            item = getattr(self.launch, name)
-            if item is not None:
-                lines.append(f"{name}: {item.value}  ({item.source})")
+        for name, item in self.launch.settings().items():
+            lines.append(f"{name}: {item.value}  ({item.source})")
         lines.append(f"topology: {self.topology_source}")
         lines += [f"numa {line}" for line in self.numa.describe()] or ["numa: no CPU binding"]
         lines += [f"note: {n}" for n in (*self.numa.notes, *self.launch.notes)]
@@ -344,8 +342,7 @@ def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, 
     data["sources"] = {k: v.source for k, v in sorted(plan.launch.env.items())}
     data["settings"] = {
         name: {"value": item.value, "source": item.source}
-        for name in ("nccl", "numa", "precision", "expandable_segments")
-        if (item := getattr(plan.launch, name)) is not None
+        for name, item in plan.launch.settings().items()
     }
     data["numa_plan"] = plan.run.numa
     data["warnings"] = list(plan.launch.warnings)

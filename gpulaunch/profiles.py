@@ -110,6 +110,11 @@ class ResolvedLaunch:
     def env_values(self) -> dict[str, str]:
         return {key: str(item.value) for key, item in sorted(self.env.items())}
 
+    def settings(self) -> dict[str, Sourced]:
+        """The four launch settings that are set, in display order."""
+        names = ("nccl", "numa", "precision", "expandable_segments")
+        return {name: item for name in names if (item := getattr(self, name)) is not None}
+
 
 @dataclass(frozen=True)
 class NcclPreset:

@@ -172,3 +172,29 @@ def test_run_dry_run_needs_no_daemon(
     plan = json.loads(out)
     assert plan["image"]["tag"].startswith(f"example-{example}:gl-")
     assert plan["run"]["docker_run"][:2] == ["docker", "run"]
+
+
+def test_profiles_list_and_show(runner: CliRunner, in_tmp: Path) -> None:
+    (in_tmp / "gpulaunch.yaml").write_text(
+        "version: 1\nname: p\n"
+        "launch: {env: {OMP_NUM_THREADS: '4'}}\n"
+        "profiles:\n  fast:\n    extends: bf16\n    description: mine\n    nccl: nvlink\n"
+        "    env: {NCCL_ASYNC_ERROR_HANDLING: '1'}\n"
+    )
+    code, out, _ = invoke(runner, "profiles")
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if line.strip()}
+    assert rows["fast"] == "gpulaunch.yaml" and rows["debug"] == "built-in"
+    code, out, err = invoke(runner, "profiles", "show", "fast", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["nccl"] == {
+        "value": "nvlink",
+        "source": "profile fast (gpulaunch.yaml)",
+    }
+    assert data["settings"]["precision"]["value"] == "bf16"
+    assert data["env"]["OMP_NUM_THREADS"]["value"] == "4"
+    assert data["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["value"] == "1"
+    assert any("NCCL_ASYNC_ERROR_HANDLING" in w for w in data["warnings"])
+    code, _, err = invoke(runner, "profiles", "show", "nope")
+    assert code == 2 and "unknown profile 'nope'" in err and err.count("\n") == 1
