@@ -198,3 +198,23 @@ def test_profiles_list_and_show(runner: CliRunner, in_tmp: Path) -> None:
     assert any("NCCL_ASYNC_ERROR_HANDLING" in w for w in data["warnings"])
     code, _, err = invoke(runner, "profiles", "show", "nope")
     assert code == 2 and "unknown profile 'nope'" in err and err.count("\n") == 1
+
+
+def test_interactive_init_asks_and_validates(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.prompt import Prompt
+
+    from gpulaunch.initcmd import InitOptions, run_init
+
+    answers = iter(["2.5.1", "12.4", "auto", "devel"])
+    asked: list[str] = []
+
+    def fake_ask(prompt: str, **kwargs: object) -> str:
+        asked.append(prompt)
+        return next(answers)
+
+    monkeypatch.setattr(Prompt, "ask", staticmethod(fake_ask))
+    result = run_init(InitOptions(directory=in_tmp, interactive=True))
+    assert len(asked) == 4
+    assert "12.4.1" in result.summary
+    text = (in_tmp / "gpulaunch.yaml").read_text()
+    assert 'torch: "2.5.1"' in text and "flavor: devel" in text
