@@ -138,8 +138,10 @@ def plan_run(
     env: dict[str, str] | None = None,
 ) -> LaunchPlan:
     from gpulaunch.profiles import CliOverrides, detect_interconnect, resolve_launch
-    from gpulaunch.topology import plan_numa, select_gpus
+    from gpulaunch.topology import MODES, plan_numa, select_gpus
 
+    if opts.numa is not None and opts.numa not in MODES:
+        raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
     environ = dict(os.environ if env is None else env)
     topo = _trusted_topology(environ)
     host_gpus = None if topo is None else len(topo.gpus)

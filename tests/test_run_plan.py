@@ -176,3 +176,21 @@ def test_host_mode_exit_code_passes_through(tmp_path: Path) -> None:
     )
     assert proc.returncode == 5
     assert "hello" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--numa", "sometimes"], "--numa: 'sometimes' is not one of"),
+        (["--nccl", "warp"], "--nccl: unknown NCCL preset 'warp'"),
+        (["--precision", "fp8"], "--precision: 'fp8' is not one of"),
+        (["--network", "bridge"], "--network: 'bridge' is not default, host or none"),
+    ],
+)
+def test_bad_launch_flags_are_usage_errors(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, flag: list[str], message: str
+) -> None:
+    monkeypatch.chdir(EXAMPLES / "cpu")
+    result = runner.invoke(app, ["run", "train_ddp.py", *flag, "--dry-run"])
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1
