@@ -119,10 +119,11 @@ def test_cpu_run_has_no_numa_plan_and_script_args_pass_through(
 
 
 AFFINITY_SCRIPT = """
-import json, os, sys
-print(json.dumps({"rank": int(os.environ.get("LOCAL_RANK", "0")),
-                  "cpus": sorted(os.sched_getaffinity(0)),
-                  "precision": os.environ.get("GPULAUNCH_PRECISION")}), flush=True)
+import json, os
+line = json.dumps({"rank": int(os.environ.get("LOCAL_RANK", "0")),
+                   "cpus": sorted(os.sched_getaffinity(0)),
+                   "precision": os.environ.get("GPULAUNCH_PRECISION")})
+os.write(1, (line + "\\n").encode())  # one write: ranks share stdout, lines must not mix
 import gpulaunch_precision
 """
 

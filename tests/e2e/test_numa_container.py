@@ -21,9 +21,10 @@ pytestmark = pytest.mark.docker
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "tiny2"
 SCRIPT = """
 import json, os
-print(json.dumps({"rank": int(os.environ["LOCAL_RANK"]),
-                  "cpus": sorted(os.sched_getaffinity(0)),
-                  "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES")}), flush=True)
+line = json.dumps({"rank": int(os.environ["LOCAL_RANK"]),
+                   "cpus": sorted(os.sched_getaffinity(0)),
+                   "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES")})
+os.write(1, (line + "\\n").encode())  # one write: ranks share stdout, lines must not mix
 """
 
 
