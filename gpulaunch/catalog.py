@@ -336,6 +336,16 @@ class _Pins(NamedTuple):
     variant: str | None = None
     index_url: str | None = None
 
+    def fields(self) -> dict[str, str | None]:
+        """The ResolvedImage fields these pins fill."""
+        return {
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "torch_variant": self.variant,
+            "torch_index_url": self.index_url,
+        }
+
 
 def _pins(cat: Catalog, sel: _TorchSel | None, variant: str | None) -> _Pins:
     if sel is None:
@@ -374,11 +384,7 @@ def _resolve_cpu(
         os=cat.cpu.os,
         python=py,
         python_source="image",
-        torch=pins.torch,
-        torchvision=pins.torchvision,
-        torchaudio=pins.torchaudio,
-        torch_variant=pins.variant,
-        torch_index_url=pins.index_url,
+        **pins.fields(),
         cuda=None,
         cudnn=None,
         min_driver=None,
@@ -421,11 +427,7 @@ def _resolve_custom(
         os=None,
         python=py,
         python_source="image",
-        torch=pins.torch,
-        torchvision=pins.torchvision,
-        torchaudio=pins.torchaudio,
-        torch_variant=pins.variant,
-        torch_index_url=pins.index_url,
+        **pins.fields(),
         cuda=cuda_text,
         cudnn=cudnn,
         min_driver=min_driver_for(cuda_text) if cuda_text else None,
@@ -577,11 +579,7 @@ def _resolve_cuda(
         os=os_name,
         python=py,
         python_source="distro" if py == distro else "deadsnakes",
-        torch=pins.torch,
-        torchvision=pins.torchvision,
-        torchaudio=pins.torchaudio,
-        torch_variant=pins.variant,
-        torch_index_url=pins.index_url,
+        **pins.fields(),
         cuda=image.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(image.cuda),

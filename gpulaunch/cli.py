@@ -357,9 +357,9 @@ def run(
     gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
     Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.build import BuildOptions
-    from gpulaunch.engine import Engine
-    from gpulaunch.jobs import RunOptions, plan_run, prepare_image
+    from gpulaunch.build import BuildOptions, prepare_build
+    from gpulaunch.engine import Builder, Engine
+    from gpulaunch.jobs import RunOptions, plan_run
     from gpulaunch.launch import shell_line
 
     _check_network(network)
@@ -404,7 +404,8 @@ def run(
         raise typer.Exit(code)
     if dry_run:
         cli = Engine().docker_cli()
-        prepared = prepare_image(cfg, project, "buildkit" if cli else "classic", None, write=False)
+        kind: Builder = "buildkit" if cli else "classic"
+        prepared = prepare_build(cfg, project, kind, BuildOptions(), write=False)
         plan = plan_run(cfg, project, cwd, opts, prepared.tag)
         _print_warnings(plan)
         _print_dry_run(plan, prepared, cli, as_json, detach)

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -350,12 +349,6 @@ class Engine:
             raise EngineError(f"container {ident!r} was not started by gpulaunch")
         return container
 
-    def gpu_driver_available(self) -> bool:
-        """True when dockerd advertises an NVIDIA runtime or CDI GPU devices."""
-        info = self.client().info()
-        runtimes = info.get("Runtimes") or {}
-        return "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
-
 
 def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
     return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
@@ -381,7 +374,3 @@ def _short(err: BaseException) -> str:
     explanation = getattr(err, "explanation", None)
     text = str(explanation or err).strip()
     return " ".join(text.split())[:400]
-
-
-def which_docker() -> str | None:
-    return shutil.which("docker")

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpulaunch.build import BuildOptions, PreparedBuild, prepare_build
-from gpulaunch.engine import Builder
+from gpulaunch.build import PreparedBuild
 from gpulaunch.errors import ConfigError, TopologyError
 from gpulaunch.launch import (
     NGC_ULIMITS,
@@ -97,11 +96,6 @@ def _trusted_topology(env: dict[str, str]) -> Topology | None:
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
         return topo
     return None
-
-
-def host_gpu_count() -> int | None:
-    topo = _trusted_topology(dict(os.environ))
-    return None if topo is None else len(topo.gpus)
 
 
 def _cpuset(value: Any) -> frozenset[int] | None:
@@ -317,12 +311,6 @@ def _host_paths(command: list[str], project: Path) -> list[str]:
     elif out and out[0] == "torchrun":
         out[:1] = [sys.executable, "-m", "torch.distributed.run"]
     return out
-
-
-def prepare_image(
-    config: ProjectConfig, project: Path, builder: Builder, network: str | None, write: bool
-) -> PreparedBuild:
-    return prepare_build(config, project, builder, BuildOptions(network=network), write=write)
 
 
 def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, Any]:

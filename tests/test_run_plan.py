@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from affinity_check import FIXTURES, plan_and_run
 from conftest import EXAMPLES, REPO
 from typer.testing import CliRunner
 
 from gpulaunch.cli import app
-
-FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 
 
 def _dry(runner: CliRunner, monkeypatch: pytest.MonkeyPatch, fixture: str, *args: str) -> dict:
@@ -118,47 +117,19 @@ def test_cpu_run_has_no_numa_plan_and_script_args_pass_through(
     assert plan["run"]["options"]["gpus"] == 0
 
 
-AFFINITY_SCRIPT = """
-import json, os
-line = json.dumps({"rank": int(os.environ.get("LOCAL_RANK", "0")),
-                   "cpus": sorted(os.sched_getaffinity(0)),
-                   "precision": os.environ.get("GPULAUNCH_PRECISION")})
-os.write(1, (line + "\\n").encode())  # one write: ranks share stdout, lines must not mix
-import gpulaunch_precision
-"""
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
 def test_host_mode_two_ranks_follow_the_plan(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # torchrun comes with torch; .ci/run installs the CPU wheel
     project = tmp_path / "proj"
     project.mkdir()
     (project / "gpulaunch.yaml").write_text("version: 1\nname: affinity\n")
-    (project / "affinity.py").write_text(AFFINITY_SCRIPT)
-    env = {**os.environ, "GPULAUNCH_SYSFS_ROOT": str(FIXTURES / "tiny2"), "NO_COLOR": "1"}
-    base = [
-        sys.executable,
-        "-m",
-        "gpulaunch",
-        "run",
-        "affinity.py",
-        "--no-container",
-        "--gpus",
-        "2",
-        "--numa",
-        "node",
-        "--precision",
-        "fp32",
-    ]
-    dry = subprocess.run(
-        [*base, "--dry-run", "--json"], cwd=project, env=env, capture_output=True, text=True
+    planned, seen = plan_and_run(
+        project,
+        "tiny2",
+        ["--no-container", "--gpus", "2", "--numa", "node", "--precision", "fp32"],
+        timeout=300,
     )
-    assert dry.returncode == 0, dry.stderr
-    planned = {r["rank"]: r["cpus"] for r in json.loads(dry.stdout)["numa_plan"]}
     assert planned == {0: [0], 1: [1]}
-    real = subprocess.run(base, cwd=project, env=env, capture_output=True, text=True, timeout=300)
-    assert real.returncode == 0, real.stderr
-    seen = [json.loads(line) for line in real.stdout.splitlines() if line.startswith("{")]
     assert {r["rank"]: r["cpus"] for r in seen} == planned
     assert {r["precision"] for r in seen} == {"fp32"}
 

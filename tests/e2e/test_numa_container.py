@@ -7,25 +7,15 @@ os.sched_getaffinity(0), which must equal the plan `--dry-run --json` printed.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from affinity_check import plan_and_run
 from engine_env import base_image, require_docker, wheelhouse
 
 pytestmark = pytest.mark.docker
-
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "tiny2"
-SCRIPT = """
-import json, os
-line = json.dumps({"rank": int(os.environ["LOCAL_RANK"]),
-                   "cpus": sorted(os.sched_getaffinity(0)),
-                   "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES")})
-os.write(1, (line + "\\n").encode())  # one write: ranks share stdout, lines must not mix
-"""
 
 
 def _project(tmp_path: Path) -> Path:
@@ -42,7 +32,6 @@ def _project(tmp_path: Path) -> Path:
         "  pip: {no_index: true, find_links: [wheels]}\n"
         "build: {network: none}\nlaunch: {network: none}\n"
     )
-    (project / "affinity.py").write_text(SCRIPT)
     return project
 
 
@@ -50,28 +39,8 @@ def _project(tmp_path: Path) -> Path:
 def test_container_ranks_follow_the_numa_plan(tmp_path: Path) -> None:
     require_docker()
     project = _project(tmp_path)
-    env = {**os.environ, "GPULAUNCH_SYSFS_ROOT": str(FIXTURE), "NO_COLOR": "1"}
-    base = [
-        sys.executable,
-        "-m",
-        "gpulaunch",
-        "run",
-        "affinity.py",
-        "--gpus",
-        "2",
-        "--numa",
-        "node",
-    ]
-    dry = subprocess.run(
-        [*base, "--dry-run", "--json"], cwd=project, env=env, capture_output=True, text=True
-    )
-    assert dry.returncode == 0, dry.stderr
-    planned = {r["rank"]: r["cpus"] for r in json.loads(dry.stdout)["numa_plan"]}
+    planned, seen = plan_and_run(project, "tiny2", ["--gpus", "2", "--numa", "node"], timeout=900)
     assert planned == {0: [0], 1: [1]}
-
-    real = subprocess.run(base, cwd=project, env=env, capture_output=True, text=True, timeout=900)
-    assert real.returncode == 0, real.stderr[-3000:]
-    seen = [json.loads(line) for line in real.stdout.splitlines() if line.startswith("{")]
     assert {r["rank"]: r["cpus"] for r in seen} == planned
     assert {r["gpus"] for r in seen} == {"0,1"}  # stand-in hook: the request arrived
     left = subprocess.run(
