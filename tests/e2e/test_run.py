@@ -114,6 +114,10 @@ def test_job_files_belong_to_a_non_root_host_user(
         f"--reuid={OTHER_UID}",
         f"--regid={OTHER_UID}",
         f"--groups={group}",
+        # Read access only (no other privilege): the checkout and its .venv may sit under a
+        # 0700 directory (mktemp -d, /root). What is tested is the uid, not file permissions.
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
     )
     env = cli_env(HOME=str(other_user_project.parent / "home"))
 
