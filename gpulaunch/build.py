@@ -1,17 +1,20 @@
 """`gpulaunch build`: render for the builder in use, hash what shapes the image, build or reuse.
 
 The tag `NAME:gl-<hash>` is content-addressed: the rendered Dockerfile, build args, the
-template version and every file of the build context that .dockerignore lets through.
+template version, the .dockerignore rules and every entry of the build context (names,
+modes, contents; see gpulaunch.context), which is exactly what the engine receives.
 When that tag exists the build is skipped; otherwise the engine's layer cache still makes
 a source-only edit re-run nothing but the final COPY.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import shlex
+import stat
 import time
 from collections import deque
 from collections.abc import Callable
@@ -20,15 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpulaunch import __version__
+from gpulaunch.context import Entry, effective_rules, hash_entries, parse_rules, scan
 from gpulaunch.engine import MANAGED_LABEL, Builder, BuildRequest, DockerCli, Engine
-from gpulaunch.errors import BuildError
+from gpulaunch.errors import BuildError, ConfigError
+from gpulaunch.fsio import open_stream
 from gpulaunch.render import ImagePlan, plan_image, render_dockerfile, render_dockerignore
-from gpulaunch.yamlio import atomic_write
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
 
 TAIL_LINES = 30
+MAX_IGNORE_BYTES = 1024 * 1024
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?:[\w.-]+ )?(\d+)/(\d+)\] (.*)$")
 _CLASSIC_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _BUILDKIT_ERROR = re.compile(r"^#\d+ ERROR: (.*)$|^ERROR: (.*)$|^error: (.*)$")
@@ -87,47 +92,49 @@ def build_args() -> dict[str, str]:
     return {"GL_UID": str(os.getuid()), "GL_GID": str(os.getgid())}
 
 
-def context_files(project: Path, dockerignore: str) -> list[str]:
-    """Files the engine would send, by .dockerignore rules (the docker SDK's own matcher)."""
-    from docker.utils.build import exclude_paths
+def read_dockerignore(project: Path) -> str:
+    """The project's .dockerignore text, or gpulaunch's default rules where there is none.
 
-    patterns = [
-        line.strip()
-        for line in dockerignore.splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    # .dockerignore itself is hashed as the rules (see image_hash), so a dry run before the
-    # file exists computes the same tag as the build that writes it.
-    return sorted(
-        p
-        for p in exclude_paths(str(project), patterns)
-        if p != ".dockerignore" and (project / p).is_file()
-    )
+    Read without following a link; a folder, a link or a non-text file is a usage error.
+    """
+    path = project / ".dockerignore"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return render_dockerignore()
+    except OSError as err:
+        reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ConfigError(f"{path}: is not a regular file")
+        raw = fh.read(MAX_IGNORE_BYTES + 1)
+    if len(raw) > MAX_IGNORE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_IGNORE_BYTES // 1024} KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
+def context_entries(project: Path, ignore: str, required: tuple[str, ...] = ()) -> list[Entry]:
+    """What the engine receives: .dockerignore rules, required files kept, config left out."""
+    rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required)
+    return scan(project, rules)
 
 
 def image_hash(
-    dockerfile: str, args: dict[str, str], project: Path, files: list[str], ignore: str = ""
+    dockerfile: str, args: dict[str, str], project: Path, entries: list[Entry], ignore: str = ""
 ) -> str:
+    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine."""
     digest = hashlib.sha256()
-    digest.update(f"gpulaunch-build:2:{__version__}\n".encode())
-    digest.update(dockerfile.encode())
-    digest.update(b"\0dockerignore\0" + ignore.encode())
+    digest.update(f"gpulaunch-build:3:{__version__}\n".encode())
+    digest.update(f"{len(dockerfile)}:".encode() + dockerfile.encode())
+    digest.update(b"\0dockerignore\0" + f"{len(ignore)}:".encode() + ignore.encode())
     for key, value in sorted(args.items()):
         digest.update(f"\0arg:{key}={value}".encode())
-    for rel in files:
-        digest.update(f"\0file:{rel}\0".encode())
-        with (project / rel).open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
+    hash_entries(digest, project, entries)
     return digest.hexdigest()[:12]
-
-
-def ensure_dockerignore(project: Path) -> str:
-    """The project's .dockerignore; gpulaunch's is written only where there is none."""
-    path = project / ".dockerignore"
-    if not path.exists():
-        atomic_write(path, render_dockerignore())
-    return path.read_text(encoding="utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -139,21 +146,23 @@ class PreparedBuild:
 
 
 def prepare_build(
-    config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions, *, write: bool
+    config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions
 ) -> PreparedBuild:
-    """Render and hash without touching the engine (used by --dry-run as well)."""
+    """Render and hash; writes nothing and asks no daemon (--dry-run uses it as it is)."""
     plan = plan_image(config, project, builder)
     dockerfile = render_dockerfile(plan)
-    path = project / ".dockerignore"
-    if write:
-        ignore = ensure_dockerignore(project)
-    elif path.exists():
-        ignore = path.read_text(encoding="utf-8", errors="replace")
-    else:
-        ignore = render_dockerignore()
+    ignore = read_dockerignore(project)
     args = build_args()
-    files = context_files(project, ignore)
-    tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, files, ignore)}"
+    rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), plan.required)
+    entries = scan(project, rules)
+    sent = {e.rel for e in entries}
+    for rel in plan.required:
+        if rel not in sent and rel != ".":
+            raise ConfigError(
+                f"{rel}: the Dockerfile reads it, but it cannot be in the build context",
+                hint="gpulaunch.yaml and .gpulaunch/ are never sent to the engine",
+            )
+    tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, entries, ignore)}"
     request = BuildRequest(
         dockerfile=dockerfile,
         context=project,
@@ -162,6 +171,8 @@ def prepare_build(
         network=opts.network or config.build.network,
         no_cache=opts.no_cache,
         labels={MANAGED_LABEL: "true"},
+        entries=tuple(entries),
+        ignore_rules=tuple(rule.text() for rule in rules),
     )
     return PreparedBuild(plan, dockerfile, request, tag)
 
@@ -189,18 +200,15 @@ def run_build(
     on_progress: Callable[[Progress], None] | None = None,
 ) -> BuildOutcome:
     builder: Builder = opts.builder or engine.builder_kind()
-    prepared = prepare_build(config, project, builder, opts, write=True)
+    prepared = prepare_build(config, project, builder, opts)
     if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")
         return BuildOutcome(prepared.tag, True, builder, prepared.dockerfile, plan=prepared.plan)
 
-    log_dir = project / ".gpulaunch" / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = (
-        log_dir / f"build-{time.strftime('%Y%m%d-%H%M%S')}-{prepared.tag.split(':gl-')[1]}.log"
-    )
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    log_path = project / ".gpulaunch" / "logs" / f"build-{stamp}-{prepared.tag[-12:]}.log"
     progress = Progress()
-    with log_path.open("w", encoding="utf-8") as log:
+    with open_stream(log_path, root=project) as log:
         log.write(f"# gpulaunch {__version__} build of {prepared.tag} ({builder})\n")
 
         def on_line(line: str) -> None:
@@ -208,6 +216,7 @@ def run_build(
             if progress.feed(line) and on_progress is not None:
                 on_progress(progress)
 
+        previous = engine.image_id(prepared.tag)  # a rebuild must not leave it dangling
         try:
             engine.build(prepared.request, on_line, builder)
         except BuildError as err:
@@ -221,4 +230,6 @@ def run_build(
                 log_tail="\n".join(progress.tail),
                 log_path=str(log_path),
             ) from err
+    if previous is not None:
+        engine.remove_if_dangling(previous)
     return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)

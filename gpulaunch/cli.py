@@ -156,29 +156,42 @@ def init(
 def render(
     config: ConfigOpt = None,
     output: Annotated[
-        str, typer.Option("--output", "-o", help="File to write, or - for stdout.")
+        str,
+        typer.Option("--output", "-o", help="File to write; -, /dev/stdout or /dev/fd/1: stdout."),
     ] = "-",
     builder: Annotated[
-        str, typer.Option(help="buildkit (cache mounts) or classic (legacy builder).")
-    ] = "buildkit",
+        str | None,
+        typer.Option(help="buildkit or classic (default: what `build` would use)."),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing output file.")] = False,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.render import plan_image, render_dockerfile
-    from gpulaunch.yamlio import atomic_write
 
-    if builder not in ("buildkit", "classic"):
-        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    kind = _builder_choice(builder)
     cfg, project = _load(config)
-    plan = plan_image(cfg, project, builder)  # type: ignore[arg-type]
+    plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan)
     for warning in plan.resolved.warnings:
         _err(f"warning: {warning}")
-    if output == "-":
+    if is_stdout(output):
         typer.echo(text, nl=False)
     else:
-        atomic_write(Path(output), text, force=force)
+        write_file(Path(output), text, force=force)
         _err(f"wrote {output}")
+
+
+def _builder_choice(builder: str | None) -> str:
+    """--builder, else the builder `build` will use: decided from the docker client binary
+    alone, so render, dry runs and the real build agree whether or not a daemon answers."""
+    if builder not in (None, "buildkit", "classic"):
+        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    if builder is not None:
+        return builder
+    from gpulaunch.engine import Engine
+
+    return Engine().builder_kind()
 
 
 @app.command()
@@ -274,14 +287,12 @@ def build(
     from gpulaunch.engine import Engine
 
     _check_network(network)
-    if builder not in (None, "buildkit", "classic"):
-        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    kind = _builder_choice(builder)
     cfg, project = _load(config)
-    opts = BuildOptions(network=network, rebuild=rebuild, no_cache=no_cache, builder=builder)  # type: ignore[arg-type]
+    opts = BuildOptions(network=network, rebuild=rebuild, no_cache=no_cache, builder=kind)  # type: ignore[arg-type]
     if dry_run:
-        cli = Engine().docker_cli() if builder != "classic" else None
-        kind = builder or ("buildkit" if cli else "classic")
-        prepared = prepare_build(cfg, project, kind, opts, write=False)  # type: ignore[arg-type]
+        cli = Engine().docker_cli() if kind == "buildkit" else None
+        prepared = prepare_build(cfg, project, kind, opts)  # type: ignore[arg-type]
         if as_json:
             data = {
                 "tag": prepared.tag,
@@ -359,7 +370,7 @@ def run(
     """
     from gpulaunch.build import BuildOptions, prepare_build
     from gpulaunch.engine import Builder, Engine
-    from gpulaunch.jobs import RunOptions, plan_run
+    from gpulaunch.jobs import RunOptions, plan_run, write_run_files
     from gpulaunch.launch import shell_line
 
     _check_network(network)
@@ -397,15 +408,17 @@ def run(
             return
         from gpulaunch.hostrun import run_on_host
 
+        write_run_files(plan, project)
+
         _err(f"running on this host: {shell_line(plan.run.command)}")
         code = run_on_host(plan.run, cwd)
         if code:
             _err(f"gpulaunch: job exited with {code}")
         raise typer.Exit(code)
     if dry_run:
-        cli = Engine().docker_cli()
-        kind: Builder = "buildkit" if cli else "classic"
-        prepared = prepare_build(cfg, project, kind, BuildOptions(), write=False)
+        kind: Builder = _builder_choice(None)  # type: ignore[assignment]
+        cli = Engine().docker_cli() if kind == "buildkit" else None
+        prepared = prepare_build(cfg, project, kind, BuildOptions(builder=kind))
         plan = plan_run(cfg, project, cwd, opts, prepared.tag)
         _print_warnings(plan)
         _print_dry_run(plan, prepared, cli, as_json, detach)
@@ -414,6 +427,7 @@ def run(
     _print_warnings(plan)
     outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild))
     plan.run.image = outcome.tag
+    write_run_files(plan, project)
     engine = _engine()
     from gpulaunch.runner import start, supervise
 

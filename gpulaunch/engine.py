@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulaunch.errors import BuildError, EngineError, RlimitRefused
+from gpulaunch.context import Entry, write_tar
+from gpulaunch.errors import BuildError, EngineError, ExitCode, GpulaunchError, RlimitRefused
 
 Builder = Literal["buildkit", "classic"]
 MANAGED_LABEL = "io.gpulaunch.managed"
+CLASSIC_DOCKERFILE = ".gpulaunch-build.Dockerfile"  # only inside the context tar we send
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 
@@ -39,6 +41,9 @@ class BuildRequest:
     network: str = "default"  # default | host | none
     no_cache: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # exactly what the engine receives (hashed into the tag; see gpulaunch.context)
+    entries: tuple[Entry, ...] = ()
+    ignore_rules: tuple[str, ...] = ()  # the effective .dockerignore, for BuildKit
 
 
 @dataclass(frozen=True)
@@ -144,8 +149,10 @@ class Engine:
         for path in candidates:
             if self._cli_ok(path, ["buildx", "version"]):
                 return DockerCli(path, "buildx")
-            version = self._cli_output(path, ["version", "--format", "{{.Client.Version}}"])
-            if version and _major(version) < 23:
+            # `docker --version` is the client alone: the answer must not depend on whether
+            # a daemon answered (dry-run and the real build pick the same builder and tag).
+            version = self._cli_output(path, ["--version"])
+            if version and _major(_client_version(version)) < 23:
                 # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
                 return DockerCli(path, "env")
         return None
@@ -183,6 +190,25 @@ class Engine:
             raise EngineError(f"image {ref}: {_short(err)}") from None
         return True
 
+    def image_id(self, ref: str) -> str | None:
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            return str(self.client().images.get(ref).id)
+        except ImageNotFound:
+            return None
+        except DockerException as err:
+            raise EngineError(f"image {ref}: {_short(err)}") from None
+
+    def remove_if_dangling(self, image_id: str) -> None:
+        """Remove an image gpulaunch built that a rebuild left without any tag."""
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            image = self.client().images.get(image_id)
+            if not image.tags and MANAGED_LABEL in (image.labels or {}):
+                self.client().images.remove(image_id, noprune=False)
+
     def tag(self, source: str, target: str) -> None:
         repo, _, tag = target.rpartition(":")
         self.client().images.get(source).tag(repo, tag)
@@ -195,17 +221,27 @@ class Engine:
         builder "classic" forces the SDK's legacy builder even where BuildKit is available.
         """
         cli = self.docker_cli()
+        if builder == "buildkit" and cli is None:
+            raise EngineError(
+                "--builder buildkit: no docker CLI with BuildKit (docker buildx) was found",
+                hint="install the docker buildx plugin, or use --builder classic",
+            )
         if cli is not None and builder != "classic":
             self._build_cli(cli, req, on_line)
         else:
             self._build_sdk(req, on_line)
 
     def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        """BuildKit through the docker CLI: the project folder as context, filtered by the
+        effective rules given as `<Dockerfile>.dockerignore` next to a private Dockerfile."""
         import tempfile
 
-        with tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
+        with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(req.dockerfile)
+            dockerfile.write_text(req.dockerfile, encoding="utf-8")
+            if req.entries or req.ignore_rules:
+                rules = "\n".join(req.ignore_rules) + "\n"
+                (Path(tmp) / "Dockerfile.dockerignore").write_text(rules, encoding="utf-8")
             argv = cli.build_argv(req, dockerfile)
             on_line("$ " + " ".join(argv))
             try:
@@ -213,6 +249,7 @@ class Engine:
                     argv,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                     text=True,
                     errors="replace",
                     env=self._cli_env(),
@@ -226,46 +263,58 @@ class Engine:
                 code = proc.wait()
             except BaseException:
                 proc.terminate()
-                proc.wait()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 raise
         if code != 0:
             raise BuildError(f"docker build failed (exit {code})")
 
     def _build_sdk(self, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        """The classic builder through the SDK, fed a context tar we make ourselves from the
+        hashed entries: nothing is written into the project, and the Dockerfile (listed in
+        the tar's own .dockerignore) is removed by the daemon before any COPY."""
+        import tempfile
+
         from docker.errors import APIError, DockerException
 
         client = self.client()
-        name = ".gpulaunch-Dockerfile"
-        dockerfile = req.context / name
-        dockerfile.write_text(req.dockerfile)
-        try:
-            stream = client.api.build(
-                path=str(req.context),
-                dockerfile=name,
-                tag=req.tags[0],
-                buildargs=req.build_args,
-                network_mode=None if req.network == "default" else req.network,
-                nocache=req.no_cache,
-                labels=req.labels or None,
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
-            for chunk in stream:
-                if "stream" in chunk:
-                    for line in str(chunk["stream"]).splitlines():
-                        on_line(line)
-                elif "error" in chunk:
-                    on_line(str(chunk["error"]).rstrip())
-                    raise BuildError(f"docker build failed: {str(chunk['error']).strip()}")
-                elif "status" in chunk:
-                    on_line(str(chunk["status"]))
-        except (APIError, DockerException) as err:
-            raise BuildError(f"docker build failed: {_short(err)}") from None
-        finally:
-            dockerfile.unlink(missing_ok=True)
-        for extra in req.tags[1:]:
-            self.tag(req.tags[0], extra)
+        with _sigterm_raises(), tempfile.TemporaryFile(prefix="gpulaunch-context-") as tar:
+            extra = {
+                CLASSIC_DOCKERFILE: req.dockerfile,
+                ".dockerignore": f".dockerignore\n{CLASSIC_DOCKERFILE}\n",
+            }
+            write_tar(tar, req.context, list(req.entries), extra)
+            tar.seek(0)
+            try:
+                stream = client.api.build(
+                    fileobj=tar,
+                    custom_context=True,
+                    dockerfile=CLASSIC_DOCKERFILE,
+                    tag=req.tags[0],
+                    buildargs=req.build_args,
+                    network_mode=None if req.network == "default" else req.network,
+                    nocache=req.no_cache,
+                    labels=req.labels or None,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
+                for chunk in stream:
+                    if "stream" in chunk:
+                        for line in str(chunk["stream"]).splitlines():
+                            on_line(line)
+                    elif "error" in chunk:
+                        on_line(str(chunk["error"]).rstrip())
+                        raise BuildError(f"docker build failed: {str(chunk['error']).strip()}")
+                    elif "status" in chunk:
+                        on_line(str(chunk["status"]))
+            except (APIError, DockerException) as err:
+                raise BuildError(f"docker build failed: {_short(err)}") from None
+        for extra_tag in req.tags[1:]:
+            self.tag(req.tags[0], extra_tag)
 
     # -- containers -------------------------------------------------------------------
     def create_container(self, kwargs: dict[str, Any]) -> Any:
@@ -350,6 +399,33 @@ class Engine:
         return container
 
 
+class BuildTerminated(GpulaunchError):
+    """SIGTERM arrived during a build; the docker child and temp files were cleaned up."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into an exception while building so `finally` blocks run (temp files
+    removed, the docker child terminated). Only the main thread may install handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise BuildTerminated("build stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
     return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
 
@@ -361,6 +437,12 @@ def _is_executable(path: Path) -> bool:
         return path.is_file() and os.access(path, os.X_OK)
     except OSError:
         return False
+
+
+def _client_version(text: str) -> str:
+    """'Docker version 20.10.24, build 297e128' -> '20.10.24'."""
+    match = re.search(r"version (\d+[\w.+-]*)", text)
+    return match.group(1) if match else ""
 
 
 def _major(version: str) -> int:

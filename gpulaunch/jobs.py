@@ -199,7 +199,7 @@ def plan_run(
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
         command[command.index("--nproc-per-node") + 1] = "gpu"
 
-    lib_dir = _precision_lib(project) if host_mode else CONTAINER_LIB
+    lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
     run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     run_env["PYTHONPATH"] = lib_dir
     run_env.update(launch.env_values())
@@ -208,8 +208,6 @@ def plan_run(
         run_env.pop("HOME")
         if use_gpus and isinstance(gpus, str) and gpus != "all":
             run_env["CUDA_VISIBLE_DEVICES"] = gpus
-    if launch.log_dir:
-        (project / launch.log_dir).mkdir(parents=True, exist_ok=True)
 
     mounts = [Mount(str(project), WORKSPACE)]
     for i, spec in enumerate(config.launch.mounts):
@@ -287,14 +285,25 @@ def _helper_mounts(with_numa: bool) -> list[Mount]:
     return mounts
 
 
-def _precision_lib(project: Path) -> str:
-    """Host mode: a folder holding gpulaunch_precision.py for PYTHONPATH."""
-    import shutil
+def host_lib_dir(project: Path) -> Path:
+    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH."""
+    return project / ".gpulaunch" / "lib"
 
-    lib = project / ".gpulaunch" / "lib"
-    lib.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).resolve().parent / "precision_helper.py", lib / PRECISION_MODULE)
-    return str(lib)
+
+def write_run_files(plan: LaunchPlan, project: Path) -> None:
+    """The files a real run needs in the project; plan_run itself writes nothing (--dry-run).
+
+    Both go through the one writer: a planted link (`.gpulaunch -> /elsewhere`, or the
+    helper's name linked to a file outside) is refused, never written through.
+    """
+    from gpulaunch.fsio import make_dirs, write_file
+
+    if plan.host_mode:
+        helper = Path(__file__).resolve().parent / "precision_helper.py"
+        target = host_lib_dir(project) / PRECISION_MODULE
+        write_file(target, helper.read_bytes(), root=project, force=True)
+    if plan.launch.log_dir:
+        make_dirs(project / plan.launch.log_dir, root=project)
 
 
 def _host_paths(command: list[str], project: Path) -> list[str]:

@@ -7,6 +7,7 @@ versions, packages and quoting is made here, so templates hold layout only.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tomllib
 from dataclasses import dataclass, field
@@ -78,7 +79,9 @@ class ImagePlan:
     resolved: ResolvedImage
     builder: Builder
     context: dict[str, Any] = field(repr=False)
-    inputs: tuple[Path, ...]  # project files whose content shapes the image (for hashing)
+    # project paths the Dockerfile reads (COPY, bind mounts), relative, links' targets too:
+    # they stay in the build context whatever .dockerignore says
+    required: tuple[str, ...]
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -138,31 +141,35 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     """Resolve versions and compute the template context for one builder."""
     resolved = resolve(image_request(config))
     img = config.image
-    inputs: list[Path] = []
+    required: list[str] = []
 
     links: list[dict[str, str]] = []
     for i, rel in enumerate(img.pip.find_links):
-        if not (project_dir / rel).is_dir():
-            raise ConfigError(f"image.pip.find_links[{i}]: {rel!r} is not a folder in the project")
+        field_name = f"image.pip.find_links[{i}]"
+        target = _inside(project_dir, rel, field_name, required)
+        if not target.is_dir():
+            raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
-        inputs += sorted(p for p in (project_dir / rel).rglob("*") if p.is_file())
 
     requirements_file: str | None = None
     dependencies: list[str] = []
     if img.requirements:
-        req_path = project_dir / img.requirements
+        # a pyproject.toml is read here (its dependencies go into the Dockerfile), not COPYed
+        is_pyproject = Path(img.requirements).name == "pyproject.toml"
+        req_path = _inside(
+            project_dir, img.requirements, "image.requirements", [] if is_pyproject else required
+        )
         if not req_path.is_file():
             raise ConfigError(f"image.requirements: {img.requirements!r} not found in the project")
-        inputs.append(req_path)
-        if req_path.name == "pyproject.toml":
+        if is_pyproject:
             dependencies = _pyproject_dependencies(req_path)
         else:
             requirements_file = img.requirements
 
     if img.ca_cert:
-        if not (project_dir / img.ca_cert).is_file():
+        cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
+        if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
-        inputs.append(project_dir / img.ca_cert)
 
     torch_install = _torch_install(resolved, list(img.torch_extras))
     links_flags = _links_flags(config, links)
@@ -212,7 +219,26 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "env": dict(img.env),
         "run_steps": list(img.run),
     }
-    return ImagePlan(config.name, resolved, builder, context, tuple(inputs))
+    return ImagePlan(config.name, resolved, builder, context, tuple(dict.fromkeys(required)))
+
+
+def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
+    """The real path of a project file the Dockerfile reads; links may not leave the project.
+
+    Both the name and, for a link, its target's name go to `required`: the engine resolves
+    the link inside the context, so the target must be sent too.
+    """
+    root = project.resolve()
+    path = project / rel
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as err:
+        raise ConfigError(f"{field_name}: {rel!r} cannot be resolved: {err}") from None
+    if not real.is_relative_to(root):
+        raise ConfigError(f"{field_name}: {rel!r} points outside the project (to {real})")
+    required.append(Path(os.path.normpath(rel)).as_posix())
+    required.append(real.relative_to(root).as_posix())
+    return real
 
 
 def _torch_summary(resolved: ResolvedImage) -> str:

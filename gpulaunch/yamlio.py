@@ -1,4 +1,4 @@
-"""Safe YAML reading and atomic file writing.
+"""Safe YAML reading (writing lives in gpulaunch.fsio; `atomic_write` is kept here).
 
 Hostile input (alias bombs, huge or binary files, non-UTF-8, deep nesting) becomes a
 `ConfigError` with a one-line reason. Floats are never produced: `torch: 2.10` stays the
@@ -7,12 +7,10 @@ string "2.10" because gpulaunch.yaml has no float fields and versions must not l
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpulaunch.errors import ConfigError, FileExistsRefusal
+from gpulaunch.errors import ConfigError
 
 MAX_BYTES = 1024 * 1024  # a config larger than 1 MiB is not a config
 MAX_NODES = 100_000  # expanded node count; stops alias bombs ("billion laughs")
@@ -101,28 +99,14 @@ def read_yaml_file(path: Path) -> Any:
     return parse_yaml_text(text, source)
 
 
-def atomic_write(path: Path, content: str, *, force: bool = False, mode: int = 0o644) -> None:
-    """Write `content` to `path` via a temp file + rename, refusing to overwrite unless forced.
+def atomic_write(
+    path: Path, content: str, *, force: bool = False, mode: int = 0o644, root: Path | None = None
+) -> None:
+    """Write `content` to `path` atomically, refusing to overwrite unless forced.
 
-    A crash or a full disk never leaves a half-written file at `path`.
+    Kept for callers; the writer itself is `gpulaunch.fsio.write_file` (no symlink is
+    followed, no non-regular file replaced; `root` makes every folder below it checked too).
     """
-    if path.exists() and not force:
-        raise FileExistsRefusal(f"{path}: already exists; use --force to overwrite")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot write: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise ConfigError(f"{path}: cannot write: {err.strerror}") from None
-        raise
+    from gpulaunch.fsio import write_file
+
+    write_file(path, content, root=root, force=force, mode=mode)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.build import BuildOptions, Progress, context_files, image_hash, prepare_build
+from gpulaunch.build import BuildOptions, Progress, context_entries, image_hash, prepare_build
 from gpulaunch.config import validate_data
 from gpulaunch.engine import BuildRequest, DockerCli, Engine
 from gpulaunch.errors import EngineError
+from gpulaunch.render import render_dockerignore
 
 
 def _context(home: Path, name: str, host: str) -> dict[str, str]:
@@ -119,13 +120,13 @@ def test_hash_follows_context_but_not_ignored_files(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "big.bin").write_text("x")
     ignore = "data\n.git\n"
-    files = context_files(tmp_path, ignore)
-    assert files == ["train.py"]
+    files = context_entries(tmp_path, ignore)
+    assert [e.rel for e in files] == ["train.py"]
     first = image_hash("FROM x\n", {}, tmp_path, files)
     (tmp_path / "data" / "big.bin").write_text("changed")
-    assert image_hash("FROM x\n", {}, tmp_path, context_files(tmp_path, ignore)) == first
+    assert image_hash("FROM x\n", {}, tmp_path, context_entries(tmp_path, ignore)) == first
     (tmp_path / "train.py").write_text("b")
-    assert image_hash("FROM x\n", {}, tmp_path, context_files(tmp_path, ignore)) != first
+    assert image_hash("FROM x\n", {}, tmp_path, context_entries(tmp_path, ignore)) != first
     assert image_hash("FROM y\n", {}, tmp_path, files) != image_hash(
         "FROM x\n", {}, tmp_path, files
     )
@@ -137,9 +138,9 @@ def test_hash_follows_context_but_not_ignored_files(tmp_path: Path) -> None:
 def test_prepare_build_dry_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text("")
     cfg = validate_data({"name": "p", "image": {"torch": "2.4.1"}})
-    prepared = prepare_build(cfg, tmp_path, "buildkit", BuildOptions(), write=False)
+    prepared = prepare_build(cfg, tmp_path, "buildkit", BuildOptions())
     assert prepared.tag.startswith("p:gl-") and len(prepared.tag) == len("p:gl-") + 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py"]
-    again = prepare_build(cfg, tmp_path, "buildkit", BuildOptions(), write=True)
-    assert again.tag == prepared.tag  # the generated .dockerignore equals the default one
-    assert (tmp_path / ".dockerignore").exists()
+    (tmp_path / ".dockerignore").write_text(render_dockerignore())
+    again = prepare_build(cfg, tmp_path, "buildkit", BuildOptions())
+    assert again.tag == prepared.tag  # no .dockerignore = gpulaunch's default rules

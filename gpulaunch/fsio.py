@@ -1,0 +1,176 @@
+"""The one writer: every file gpulaunch writes goes through here.
+
+A project folder is hostile ground: any name in it may be a planted symlink pointing out of
+the project, a FIFO or a device. So paths below `root` are walked with directory file
+descriptors and O_NOFOLLOW (a symlinked parent such as `.gpulaunch -> /tmp/x` is refused,
+not followed), the final name is checked with lstat and never replaced unless it is a
+regular file, and whole files are written to a temp file in the same folder and renamed
+over the target (rename replaces the name; it never writes through a link).
+Streaming files (build logs) are created new with O_EXCL|O_NOFOLLOW.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from gpulaunch.errors import ConfigError, FileExistsRefusal
+
+STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(ConfigError):
+    """A path gpulaunch must not write: a symlink, a non-regular file, outside its root."""
+
+
+def is_stdout(output: str) -> bool:
+    """`-o -`, `-o /dev/stdout` and `-o /dev/fd/1` all mean standard output."""
+    return output in STDOUT_NAMES
+
+
+def _split(path: Path, root: Path | None) -> tuple[Path, list[str], str]:
+    """(folder opened as-is, names below it walked without following links, final name)."""
+    path = Path(os.path.abspath(path))
+    if root is None:
+        return path.parent, [], path.name
+    root = Path(os.path.abspath(root))
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        raise UnsafePath(f"{path}: is outside {root}") from None
+    parts = list(rel.parts)
+    if not parts or ".." in parts:
+        raise UnsafePath(f"{path}: is not a file inside {root}")
+    return root, parts[:-1], parts[-1]
+
+
+def _open_dir(base: Path, names: list[str], create: bool, shown: Path) -> int:
+    """An fd for base/names..., each name opened with O_NOFOLLOW (created when `create`)."""
+    try:
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(f"{shown}: cannot open {base}: {err.strerror}") from None
+    walked = base
+    try:
+        for name in names:
+            walked = walked / name
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(name, 0o755, dir_fd=fd)
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = "a symbolic link" if _is_link(walked) else "not a folder"
+            raise UnsafePath(
+                f"{shown}: {walked} is {kind}; gpulaunch does not write through it"
+            ) from None
+        raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+    return fd
+
+
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _check_target(fd: int, name: str, shown: Path, force: bool) -> None:
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePath(f"{shown}: is a symbolic link; gpulaunch does not write through it")
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePath(f"{shown}: is not a regular file; refusing to replace it")
+    if not force:
+        raise FileExistsRefusal(f"{shown}: already exists; use --force to overwrite")
+
+
+def write_file(
+    path: Path,
+    content: str | bytes,
+    *,
+    root: Path | None = None,
+    force: bool = False,
+    mode: int = 0o644,
+) -> None:
+    """Write a whole file atomically (temp + rename) without following any link below `root`.
+
+    `root` is the folder gpulaunch trusts (the project); folders between it and the file are
+    created as needed. Without `root` only the final name is checked.
+    """
+    shown = Path(path)
+    base, names, name = _split(shown, root)
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    fd = _open_dir(base, names, True, shown)
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    try:
+        _check_target(fd, name, shown, force)
+        try:
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600, dir_fd=fd,
+            )  # fmt: skip
+        except OSError as err:
+            raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+        try:
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+                os.fchmod(fh.fileno(), mode)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException as err:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            if isinstance(err, IsADirectoryError):
+                raise UnsafePath(f"{shown}: is a folder; refusing to replace it") from None
+            if isinstance(err, OSError):
+                raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path, *, root: Path) -> None:
+    """Create `path` (and folders above it up to `root`) without following links."""
+    shown = Path(path)
+    base, names, name = _split(shown, root)
+    os.close(_open_dir(base, [*names, name], True, shown))
+
+
+@contextlib.contextmanager
+def open_stream(path: Path, *, root: Path) -> Iterator[TextIO]:
+    """A new text file for streaming (a log): created with O_EXCL|O_NOFOLLOW, never reused."""
+    shown = Path(path)
+    base, names, name = _split(shown, root)
+    fd = _open_dir(base, names, True, shown)
+    try:
+        try:
+            out = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644, dir_fd=fd,
+            )  # fmt: skip
+        except FileExistsError:
+            raise UnsafePath(f"{shown}: already exists; refusing to append to it") from None
+        except OSError as err:
+            raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    with os.fdopen(out, "w", encoding="utf-8", errors="replace", newline="\n") as fh:
+        yield fh
