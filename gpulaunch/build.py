@@ -105,9 +105,10 @@ def read_dockerignore(project: Path) -> str:
     except OSError as err:
         reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ConfigError(f"{path}: cannot read: {reason}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise ConfigError(f"{path}: is not a regular file")
         raw = fh.read(MAX_IGNORE_BYTES + 1)
     if len(raw) > MAX_IGNORE_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_IGNORE_BYTES // 1024} KiB")

@@ -178,7 +178,10 @@ def render(
     if is_stdout(output):
         typer.echo(text, nl=False)
     else:
-        write_file(Path(output), text, force=force)
+        target = Path(output).absolute()
+        # inside the project every folder on the way is checked too (a planted link)
+        inside = target.is_relative_to(project) and target != project
+        write_file(target, text, force=force, root=project if inside else None)
         _err(f"wrote {output}")
 
 
