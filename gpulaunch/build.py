@@ -214,6 +214,7 @@ def run_build(
 
         def on_line(line: str) -> None:
             log.write(line + "\n")
+            log.flush()  # a user (or a test) may follow the log while it builds
             if progress.feed(line) and on_progress is not None:
                 on_progress(progress)
 

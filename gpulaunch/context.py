@@ -2,7 +2,7 @@
 
 One list drives both: the content hash is over the names, kinds, modes and contents of these
 entries, and the classic builder receives a tar made from the same list (BuildKit gets the
-same rules as `<Dockerfile>.dockerignore`). Nothing here follows a symlink: a link is sent
+same list as a folder of hard links, see `mirror`). Nothing here follows a symlink: a link is sent
 and hashed as a link (its target text), as Docker sends it.
 
 `.dockerignore` rules follow Docker's matcher (moby/patternmatcher): Go-style globs with
@@ -17,6 +17,7 @@ import io
 import os
 import posixpath
 import re
+import shutil
 import stat
 import tarfile
 from collections.abc import Iterable
@@ -203,6 +204,26 @@ def _open_entry(project: Path, entry: Entry) -> IO[bytes]:
     except OSError as err:
         raise ConfigError(f"build context: cannot read {entry.rel}: {err.strerror}") from None
     return os.fdopen(fd, "rb")
+
+
+def mirror(project: Path, entries: list[Entry], dest: Path) -> None:
+    """A folder holding exactly `entries` (hard links where possible, else copies): the
+    context BuildKit receives, so it gets what was hashed whatever the CLI's own rules."""
+    for entry in entries:
+        target = dest / entry.rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.kind == "dir":
+            target.mkdir(exist_ok=True)
+            target.chmod(entry.mode)
+        elif entry.kind == "link":
+            os.symlink(entry.link, target)
+        else:
+            try:
+                os.link(project / entry.rel, target, follow_symlinks=False)
+            except OSError:
+                with _open_entry(project, entry) as src, open(target, "xb") as out:
+                    shutil.copyfileobj(src, out, _CHUNK)
+                target.chmod(entry.mode)
 
 
 def write_tar(out: IO[bytes], project: Path, entries: list[Entry], extra: dict[str, str]) -> None:

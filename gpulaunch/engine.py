@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulaunch.context import Entry, write_tar
+from gpulaunch.context import Entry, mirror, write_tar
 from gpulaunch.errors import BuildError, EngineError, ExitCode, GpulaunchError, RlimitRefused
 
 Builder = Literal["buildkit", "classic"]
@@ -43,7 +43,7 @@ class BuildRequest:
     labels: dict[str, str] = field(default_factory=dict)
     # exactly what the engine receives (hashed into the tag; see gpulaunch.context)
     entries: tuple[Entry, ...] = ()
-    ignore_rules: tuple[str, ...] = ()  # the effective .dockerignore, for BuildKit
+    ignore_rules: tuple[str, ...] = ()  # the effective .dockerignore (shown, not sent)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ class DockerCli:
     path: str
     mode: Literal["buildx", "env"]  # `docker buildx build` or DOCKER_BUILDKIT=1 docker build
 
-    def build_argv(self, req: BuildRequest, dockerfile_path: Path) -> list[str]:
+    def build_argv(
+        self, req: BuildRequest, dockerfile_path: Path, context: Path | None = None
+    ) -> list[str]:
         argv = (
             [self.path, "buildx", "build", "--load"]
             if self.mode == "buildx"
@@ -73,7 +75,7 @@ class DockerCli:
             argv += ["--network", req.network]
         if req.no_cache:
             argv.append("--no-cache")
-        argv.append(str(req.context))
+        argv.append(str(context or req.context))
         return argv
 
 
@@ -232,45 +234,56 @@ class Engine:
             self._build_sdk(req, on_line)
 
     def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
-        """BuildKit through the docker CLI: the project folder as context, filtered by the
-        effective rules given as `<Dockerfile>.dockerignore` next to a private Dockerfile."""
+        """BuildKit through the docker CLI. Its context is a private folder holding exactly
+        the hashed entries (hard links into the project), beside `.gpulaunch/`: the CLI's
+        own .dockerignore handling never sees the project, and nothing else is sent."""
+        import shutil
         import tempfile
 
+        from gpulaunch.fsio import make_dirs
+
+        state = req.context / ".gpulaunch"
+        make_dirs(state, root=req.context)  # refuses a planted link
         with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile, encoding="utf-8")
-            if req.entries or req.ignore_rules:
-                rules = "\n".join(req.ignore_rules) + "\n"
-                (Path(tmp) / "Dockerfile.dockerignore").write_text(rules, encoding="utf-8")
-            argv = cli.build_argv(req, dockerfile)
-            on_line("$ " + " ".join(argv))
+            context = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    text=True,
-                    errors="replace",
-                    env=self._cli_env(),
-                )
-            except OSError as err:
-                raise EngineError(f"cannot start {cli.path}: {err.strerror}") from None
-            assert proc.stdout is not None
-            try:
-                for line in proc.stdout:
-                    on_line(line.rstrip("\n"))
-                code = proc.wait()
-            except BaseException:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                raise
+                mirror(req.context, list(req.entries), context)
+                argv = cli.build_argv(req, dockerfile, context)
+                code = self._run_cli(cli, argv, on_line)
+            finally:
+                shutil.rmtree(context, ignore_errors=True)
         if code != 0:
             raise BuildError(f"docker build failed (exit {code})")
+
+    def _run_cli(self, cli: DockerCli, argv: list[str], on_line: Callable[[str], None]) -> int:
+        on_line("$ " + " ".join(argv))
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                env=self._cli_env(),
+            )
+        except OSError as err:
+            raise EngineError(f"cannot start {cli.path}: {err.strerror}") from None
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                on_line(line.rstrip("\n"))
+            return proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
 
     def _build_sdk(self, req: BuildRequest, on_line: Callable[[str], None]) -> None:
         """The classic builder through the SDK, fed a context tar we make ourselves from the
