@@ -149,7 +149,7 @@ class Entry:
 
 def scan(project: Path, rules: list[Rule]) -> list[Entry]:
     """Entries the engine receives, sorted; links are not followed, other nodes skipped."""
-    has_exceptions = any(r.exclusion for r in rules)
+    exceptions = [r.pattern + "/" for r in rules if r.exclusion]
     entries: list[Entry] = []
 
     def walk(folder: Path, prefix: str) -> None:
@@ -169,7 +169,9 @@ def scan(project: Path, rules: list[Rule]) -> list[Entry]:
             if stat.S_ISDIR(info.st_mode):
                 if not skip:
                     entries.append(Entry(rel, "dir", stat.S_IMODE(info.st_mode)))
-                if not skip or has_exceptions:
+                # like Docker's walk: an excluded folder is entered only when a `!` rule
+                # names a path below it (so a huge ignored data/ is never listed)
+                if not skip or any(p.startswith(rel + "/") for p in exceptions):
                     walk(Path(item.path), rel + "/")
             elif skip:
                 continue

@@ -312,3 +312,46 @@ MATCHES = [
 @pytest.mark.parametrize(("rules", "path", "expected"), MATCHES)
 def test_matcher_table(rules: str, path: str, expected: bool) -> None:
     assert excluded(path, parse_rules(rules)) is expected
+
+
+# -- dry runs and render never load the docker SDK ------------------------------------------
+@pytest.mark.parametrize(
+    "args",
+    [("render",), ("build", "--dry-run"), ("run", "--dry-run", "train.py")],
+    ids=" ".join,
+)
+def test_dry_runs_do_not_import_the_docker_sdk(hostile: Hostile, args: tuple[str, ...]) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from gpulaunch.cli import app\n"
+        "try:\n"
+        f"    app({list(args)!r})\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('docker loaded' if 'docker' in sys.modules else 'docker not loaded')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=hostile.project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("docker not loaded"), proc.stdout[-500:]
+
+
+def test_ignored_folder_is_not_listed(tmp_path: Path) -> None:
+    """An excluded folder is entered only when a `!` rule names a path below it (Docker's
+    walk): an unreadable or huge ignored folder costs nothing."""
+    (tmp_path / "data" / "deep").mkdir(parents=True)
+    (tmp_path / "data" / "deep" / "keep.txt").write_text("k")
+    (tmp_path / "data" / "other.txt").write_text("o")
+    assert [e.rel for e in context_entries(tmp_path, "data\n!**/keep.txt\n")] == []
+    assert [e.rel for e in context_entries(tmp_path, "data\n!data/deep/keep.txt\n")] == [
+        "data/deep/keep.txt"
+    ]
