@@ -233,3 +233,56 @@ def test_writer_error_is_config_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="not a folder"):
         write_file(tmp_path / "file" / "x", "y", root=tmp_path)
+
+
+# -- the build log and the BuildKit context folder go through the writer ------------------
+class _FakeEngine:
+    """Just enough of the Docker seam for run_build: nothing exists, builds are recorded."""
+
+    def __init__(self) -> None:
+        self.built: list[object] = []
+
+    def builder_kind(self) -> str:
+        return "classic"
+
+    def image_exists(self, ref: str) -> bool:
+        return False
+
+    def image_id(self, ref: str) -> None:
+        return None
+
+    def build(self, req: object, on_line: object, builder: object) -> None:
+        self.built.append(req)
+
+
+@pytest.mark.parametrize("link", [".gpulaunch", ".gpulaunch/logs"])
+def test_build_log_refuses_linked_state_folder(hostile: Hostile, link: str) -> None:
+    from gpulaunch.build import BuildOptions, run_build
+    from gpulaunch.config import load_config
+
+    if "/" in link:
+        (hostile.project / ".gpulaunch").mkdir()
+    _plant_dir_link(hostile, link)
+    cfg = load_config(hostile.project / "gpulaunch.yaml")
+    engine = _FakeEngine()
+    before = hostile.state()
+    with pytest.raises(UnsafePath, match="symbolic link"):
+        run_build(cfg, hostile.project, engine, BuildOptions())  # type: ignore[arg-type]
+    assert hostile.state() == before
+    assert engine.built == []
+
+
+def test_build_sends_no_planted_dockerfile_name(hostile: Hostile) -> None:
+    """The classic builder writes no `.gpulaunch-Dockerfile` into the project any more."""
+    from gpulaunch.build import BuildOptions, run_build
+    from gpulaunch.config import load_config
+
+    victim = _plant_file_link(hostile, ".gpulaunch-Dockerfile")
+    engine = _FakeEngine()
+    cfg = load_config(hostile.project / "gpulaunch.yaml")
+    outcome = run_build(cfg, hostile.project, engine, BuildOptions())  # type: ignore[arg-type]
+    assert victim.read_text() == "precious\n"
+    assert outcome.log_path is not None and outcome.log_path.is_file()
+    (request,) = engine.built
+    names = [e.rel for e in request.entries]  # type: ignore[attr-defined]
+    assert ".gpulaunch-Dockerfile" in names  # a link is sent as a link, never written
