@@ -155,22 +155,33 @@ def make_dirs(path: Path, *, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def open_stream(path: Path, *, root: Path) -> Iterator[TextIO]:
-    """A new text file for streaming (a log): created with O_EXCL|O_NOFOLLOW, never reused."""
+def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[TextIO]:
+    """A text file for streaming (a log, a record): without `append` it is created new
+    (O_EXCL); with `append` an existing regular file is extended. Never through a link,
+    never a FIFO or device (opened non-blocking and checked before the first write)."""
     shown = Path(path)
     base, names, name = _split(shown, root)
     fd = _open_dir(base, names, True, shown)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags |= os.O_APPEND if append else os.O_EXCL
     try:
         try:
-            out = os.open(
-                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644, dir_fd=fd,
-            )  # fmt: skip
+            out = os.open(name, flags, 0o644, dir_fd=fd)
         except FileExistsError:
-            raise UnsafePath(f"{shown}: already exists; refusing to append to it") from None
+            raise UnsafePath(f"{shown}: already exists; refusing to reuse it") from None
         except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise UnsafePath(
+                    f"{shown}: is a symbolic link; gpulaunch does not write through it"
+                ) from None
+            if err.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without reader, a folder
+                raise UnsafePath(f"{shown}: is not a regular file; refusing it") from None
             raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
     finally:
         os.close(fd)
+    if not stat.S_ISREG(os.fstat(out).st_mode):
+        os.close(out)
+        raise UnsafePath(f"{shown}: is not a regular file; refusing to write to it")
+    os.set_blocking(out, True)
     with os.fdopen(out, "w", encoding="utf-8", errors="replace", newline="\n") as fh:
         yield fh

@@ -286,3 +286,24 @@ def test_build_sends_no_planted_dockerfile_name(hostile: Hostile) -> None:
     (request,) = engine.built
     names = [e.rel for e in request.entries]  # type: ignore[attr-defined]
     assert ".gpulaunch-Dockerfile" in names  # a link is sent as a link, never written
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_append_stream_refuses_links_and_fifos(tmp_path: Path, kind: str) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    target = tmp_path / "records.jsonl"
+    if kind == "link":
+        target.symlink_to(victim)
+    else:
+        os.mkfifo(target)
+    with pytest.raises(UnsafePath), open_stream(target, root=tmp_path, append=True):
+        pass
+    assert victim.read_text() == "keep"
+
+
+def test_append_stream_extends_a_regular_file(tmp_path: Path) -> None:
+    for line in ("one\n", "two\n"):
+        with open_stream(tmp_path / "r" / "records.jsonl", root=tmp_path, append=True) as fh:
+            fh.write(line)
+    assert (tmp_path / "r" / "records.jsonl").read_text() == "one\ntwo\n"
