@@ -45,6 +45,7 @@ class BuildOptions:
     rebuild: bool = False
     no_cache: bool = False
     builder: Builder | None = None  # None = what the engine offers
+    config_file: Path | None = None  # --config: never sent to the engine, whatever its name
 
 
 @dataclass
@@ -154,7 +155,13 @@ def prepare_build(
     dockerfile = render_dockerfile(plan)
     ignore = read_dockerignore(project)
     args = build_args()
-    rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), plan.required)
+    never = []
+    if opts.config_file is not None:
+        config_file = opts.config_file.resolve()
+        if config_file.is_relative_to(project.resolve()):
+            never.append(config_file.relative_to(project.resolve()).as_posix())
+    user_rules = parse_rules(ignore, str(project / ".dockerignore"))
+    rules = effective_rules(user_rules, plan.required, never)
     entries = scan(project, rules)
     sent = {e.rel for e in entries}
     for rel in plan.required:

@@ -292,7 +292,13 @@ def build(
     _check_network(network)
     kind = _builder_choice(builder)
     cfg, project = _load(config)
-    opts = BuildOptions(network=network, rebuild=rebuild, no_cache=no_cache, builder=kind)  # type: ignore[arg-type]
+    opts = BuildOptions(
+        network=network,
+        rebuild=rebuild,
+        no_cache=no_cache,
+        builder=kind,  # type: ignore[arg-type]
+        config_file=config,
+    )
     if dry_run:
         cli = Engine().docker_cli() if kind == "buildkit" else None
         prepared = prepare_build(cfg, project, kind, opts)  # type: ignore[arg-type]
@@ -421,14 +427,14 @@ def run(
     if dry_run:
         kind: Builder = _builder_choice(None)  # type: ignore[assignment]
         cli = Engine().docker_cli() if kind == "buildkit" else None
-        prepared = prepare_build(cfg, project, kind, BuildOptions(builder=kind))
+        prepared = prepare_build(cfg, project, kind, BuildOptions(builder=kind, config_file=config))
         plan = plan_run(cfg, project, cwd, opts, prepared.tag)
         _print_warnings(plan)
         _print_dry_run(plan, prepared, cli, as_json, detach)
         return
     plan = plan_run(cfg, project, cwd, opts, "(pending)")  # validate flags before building
     _print_warnings(plan)
-    outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild))
+    outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild, config_file=config))
     plan.run.image = outcome.tag
     write_run_files(plan, project)
     engine = _engine()

@@ -109,11 +109,15 @@ def _rule(pattern: str, exclusion: bool, source: str) -> Rule:
     return Rule(cleaned, exclusion, _compile(cleaned, source))
 
 
-def effective_rules(user: list[Rule], required: Iterable[str]) -> list[Rule]:
-    """User rules, then re-include the files the Dockerfile needs, then the fixed excludes."""
+def effective_rules(
+    user: list[Rule], required: Iterable[str], never: Iterable[str] = ()
+) -> list[Rule]:
+    """User rules, then re-include the files the Dockerfile needs, then the fixed excludes
+    (plus `never`: a config file given with --config under another name)."""
     rules = list(user)
     rules += [_rule(_glob_escape(rel), True, "required file") for rel in required]
     rules += [_rule(name, False, "gpulaunch") for name in ALWAYS_EXCLUDED]
+    rules += [_rule(_glob_escape(rel), False, "gpulaunch") for rel in never]
     return rules
 
 

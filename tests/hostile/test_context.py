@@ -355,3 +355,19 @@ def test_ignored_folder_is_not_listed(tmp_path: Path) -> None:
     assert [e.rel for e in context_entries(tmp_path, "data\n!data/deep/keep.txt\n")] == [
         "data/deep/keep.txt"
     ]
+
+
+def test_config_under_another_name_is_never_sent(hostile: Hostile) -> None:
+    (hostile.project / "gpulaunch.yaml").rename(hostile.project / "exp.yaml")
+    (hostile.project / ".dockerignore").write_text("")
+
+    def tag() -> str:
+        outcome = hostile.invoke_unchanged(
+            "build", "--config", "exp.yaml", "--dry-run", "--json", "--builder", "classic"
+        )
+        assert outcome.code == 0, outcome.stderr
+        return str(json.loads(outcome.stdout)["tag"])
+
+    first = tag()
+    (hostile.project / "exp.yaml").write_text(MINIMAL_CONFIG + "# launch.env secrets here\n")
+    assert tag() == first
