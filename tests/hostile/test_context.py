@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpulaunch.build import context_entries, image_hash
-from gpulaunch.context import Entry, excluded, hash_entries, parse_rules
+from gpulaunch.context import Entry, excluded, hash_entries, parse_rules, scan
 from gpulaunch.render import render_dockerignore
 from hostile.conftest import MINIMAL_CONFIG, Hostile
 
@@ -371,3 +371,42 @@ def test_config_under_another_name_is_never_sent(hostile: Hostile) -> None:
     first = tag()
     (hostile.project / "exp.yaml").write_text(MINIMAL_CONFIG + "# launch.env secrets here\n")
     assert tag() == first
+
+
+DIFFERENTIAL_RULES = [
+    "data\n*.log\n!keep.log\n",
+    "**/*.pyc\n**/__pycache__\n",
+    "*\n!src\n!src/**\n",
+    "src/*/tmp\n/top.txt\n",
+    "**/keep*\n!src/a/keep.log\n",
+    "src\n!src/a/x.py\n",
+    "a?c.txt\n[t]op.txt\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("rules", DIFFERENTIAL_RULES)
+def test_matcher_agrees_with_docker_py(tmp_path: Path, rules: str) -> None:
+    """Our matcher against the docker SDK's implementation of Docker's rules (files only:
+    docker-py lists no folders)."""
+    from docker.utils.build import exclude_paths
+
+    for rel in [
+        "top.txt",
+        "abc.txt",
+        "keep.log",
+        "drop.log",
+        "data/big.bin",
+        "src/a/x.py",
+        "src/a/x.pyc",
+        "src/a/keep.log",
+        "src/a/tmp/t.txt",
+        "src/b/__pycache__/m.pyc",
+        "src/b/keep1",
+    ]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    patterns = [line for line in rules.splitlines() if line]
+    theirs = {p for p in exclude_paths(str(tmp_path), patterns) if (tmp_path / p).is_file()}
+    ours = {e.rel for e in scan(tmp_path, parse_rules(rules)) if e.kind == "file"}
+    assert ours == theirs
