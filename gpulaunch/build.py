@@ -197,7 +197,14 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
     prefix = "DOCKER_BUILDKIT=1 " if (cli is None or cli.mode == "env") else ""
     if prepared.plan.builder == "classic":
         prefix = "DOCKER_BUILDKIT=0 "
-    return prefix + shlex.join(argv) + " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
+    req = prepared.request
+    note = (
+        f"# context: {len(req.entries)} entries of {req.context} (.dockerignore, plus the files"
+        " the Dockerfile reads, minus the config and .gpulaunch/); gpulaunch sends exactly"
+        " these, the docker CLI alone would apply .dockerignore only\n"
+    )
+    heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
+    return note + prefix + shlex.join(argv) + heredoc
 
 
 def run_build(

@@ -310,6 +310,7 @@ def build(
                 "build_args": prepared.request.build_args,
                 "network": prepared.request.network,
                 "argv": dry_run_argv(prepared, cli),
+                "context": [e.rel for e in prepared.request.entries],
                 "dockerfile": prepared.dockerfile,
             }
             typer.echo(json.dumps(data, indent=2))
