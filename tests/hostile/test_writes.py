@@ -307,3 +307,47 @@ def test_append_stream_extends_a_regular_file(tmp_path: Path) -> None:
         with open_stream(tmp_path / "r" / "records.jsonl", root=tmp_path, append=True) as fh:
             fh.write(line)
     assert (tmp_path / "r" / "records.jsonl").read_text() == "one\ntwo\n"
+
+
+def _read_only_mount_works(folder: Path) -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f'mount --bind "{folder}" "{folder}"'],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.parametrize("args", DRY_RUNS, ids=" ".join)
+def test_dry_run_on_a_read_only_mount(hostile: Hostile, args: tuple[str, ...]) -> None:
+    """A really read-only project (root ignores chmod): a bind mount remounted read-only in a
+    private mount namespace. Skipped where namespaces are not allowed."""
+    import shlex
+    import subprocess
+    import sys
+
+    project = hostile.project
+    if not _read_only_mount_works(project):
+        pytest.skip("no private mount namespace here (unshare -m)")
+    script = (
+        f'mount --bind "{project}" "{project}" && '
+        f'mount -o remount,bind,ro "{project}" && cd "{project}" && '
+        f"exec {shlex.quote(sys.executable)} -m gpulaunch {shlex.join(args)}"
+    )
+    before = hostile.state()
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr
+    assert hostile.state() == before
