@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from gpulaunch import __version__
 from gpulaunch.engine import MANAGED_LABEL, Builder, BuildRequest, DockerCli, Engine
 from gpulaunch.errors import BuildError
+from gpulaunch.masking import mask
 from gpulaunch.render import ImagePlan, plan_image, render_dockerfile, render_dockerignore
 from gpulaunch.yamlio import atomic_write
 
@@ -162,6 +163,7 @@ def prepare_build(
         network=opts.network or config.build.network,
         no_cache=opts.no_cache,
         labels={MANAGED_LABEL: "true"},
+        secrets=dict(plan.secrets),
     )
     return PreparedBuild(plan, dockerfile, request, tag)
 
@@ -178,7 +180,8 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
     prefix = "DOCKER_BUILDKIT=1 " if (cli is None or cli.mode == "env") else ""
     if prepared.plan.builder == "classic":
         prefix = "DOCKER_BUILDKIT=0 "
-    return prefix + shlex.join(argv) + " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
+    text = prefix + shlex.join(argv) + " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
+    return mask(text)
 
 
 def run_build(
@@ -204,6 +207,7 @@ def run_build(
         log.write(f"# gpulaunch {__version__} build of {prepared.tag} ({builder})\n")
 
         def on_line(line: str) -> None:
+            line = mask(line)  # the log, the progress line and the error tail
             log.write(line + "\n")
             if progress.feed(line) and on_progress is not None:
                 on_progress(progress)

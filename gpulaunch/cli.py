@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
 from gpulaunch import __version__
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
@@ -55,9 +56,11 @@ def handle_errors(fn: F) -> F:
         except GpulaunchError as err:
             if STATE.debug:
                 traceback.print_exc()
-            _err(f"gpulaunch: error: {err.message}")
+            from gpulaunch.masking import mask
+
+            _err(f"gpulaunch: error: {mask(err.message)}")
             if err.hint:
-                _err(f"hint: {err.hint}")
+                _err(f"hint: {mask(err.hint)}")
             raise typer.Exit(int(err.exit_code)) from None
         except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
@@ -68,7 +71,10 @@ def handle_errors(fn: F) -> F:
         except Exception as err:
             if STATE.debug:
                 raise
-            _err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
+            from gpulaunch.masking import mask
+
+            detail = mask(f"{type(err).__name__}: {err}")
+            _err(f"gpulaunch: internal error: {detail} (rerun with --debug)")
             raise typer.Exit(int(ExitCode.FAILURE)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -283,6 +289,8 @@ def build(
         kind = builder or ("buildkit" if cli else "classic")
         prepared = prepare_build(cfg, project, kind, opts, write=False)  # type: ignore[arg-type]
         if as_json:
+            from gpulaunch.masking import mask_data
+
             data = {
                 "tag": prepared.tag,
                 "tags": list(prepared.request.tags),
@@ -292,7 +300,7 @@ def build(
                 "argv": dry_run_argv(prepared, cli),
                 "dockerfile": prepared.dockerfile,
             }
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(json.dumps(mask_data(data), indent=2))
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
         return
@@ -300,9 +308,28 @@ def build(
     typer.echo(outcome.tag)
 
 
-@app.command(context_settings={"ignore_unknown_options": True})
+AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+
+class _RunCommand(TyperCommand):
+    """Keeps what follows the first `--` out of click's parser, verbatim.
+
+    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
+    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def run(
+    ctx: typer.Context,
     script: Annotated[
         str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
     ] = None,
@@ -365,11 +392,16 @@ def run(
     _check_network(network)
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
-    cfg, project = _load(config)
+    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
     rest = list(args or [])
     command: list[str] = []
-    if script is not None and not script.endswith(".py") and not Path(script).is_file():
-        command, script, rest = [script, *rest], None, []  # `run -- CMD ...`
+    if script is None and tail is not None:
+        command = list(tail)  # `run -- CMD ...`: a raw command, never re-read as SCRIPT
+        if not command:
+            raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
+    elif tail is not None:
+        rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
+    cfg, project = _load(config)
     opts = RunOptions(
         script=script,
         args=rest,
@@ -437,55 +469,86 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
     from gpulaunch.build import dry_run_text
     from gpulaunch.jobs import dry_run_json
     from gpulaunch.launch import docker_run_argv, shell_line
+    from gpulaunch.masking import mask, mask_data, mask_env
 
     if as_json:
-        typer.echo(json.dumps(dry_run_json(prepared, plan), indent=2))
+        typer.echo(json.dumps(mask_data(dry_run_json(prepared, plan)), indent=2))
         return
     for line in plan.summary_lines():
-        typer.echo(f"# {line}")
+        typer.echo(mask(f"# {line}"))
     typer.echo("# env:")
+    shown = mask_env({k: str(item.value) for k, item in plan.launch.env.items()})
     for key, item in sorted(plan.launch.env.items()):
-        typer.echo(f"#   {key}={item.value}  ({item.source})")
+        typer.echo(f"#   {key}={shown[key]}  ({item.source})")
     if prepared is None:
         typer.echo("# command (host)")
-        env_args = [f"{k}={v}" for k, v in sorted(plan.run.env.items())]
-        typer.echo(shell_line(["env", *env_args, *plan.run.command]))
+        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
+        typer.echo(mask(shell_line(["env", *env_args, *plan.run.command])))
         return
     typer.echo("# build (skipped when the tag exists)")
     typer.echo(dry_run_text(prepared, cli), nl=False)
     typer.echo("# run")
-    typer.echo(shell_line(docker_run_argv(plan.run, detach=detach)))
+    run_argv = docker_run_argv(plan.run, detach=detach)
+    typer.echo(mask(shell_line([mask(a) if a.count("=") else a for a in run_argv])))
 
 
 @app.command()
 @handle_errors
 def ps(
     all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List containers started by gpulaunch (by label)."""
+    """List containers started by `gpulaunch run` (by their run-id label)."""
+    rows = []
+    for container in _engine().list_managed(all_states):
+        labels = container.labels or {}
+        tags = container.image.tags if container.image else []
+        rows.append(
+            {
+                "name": container.name,
+                "id": container.short_id,
+                "run_id": labels.get("io.gpulaunch.run-id", ""),
+                "project": labels.get("io.gpulaunch.project", ""),
+                "status": container.status,
+                "image": tags[0] if tags else "",
+            }
+        )
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
     from rich.console import Console
     from rich.table import Table
 
     table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
-    for container in _engine().list_managed(all_states):
-        labels = container.labels or {}
-        tags = container.image.tags if container.image else []
-        table.add_row(
-            container.name,
-            labels.get("io.gpulaunch.project", ""),
-            container.status,
-            tags[0] if tags else "",
-        )
-    Console().print(table)
+    for row in rows:
+        table.add_row(row["name"], row["project"], row["status"], row["image"])
+    # Off a terminal nothing may be cut or wrapped: scripts read these names.
+    wide = not sys.stdout.isatty()
+    for column in table.columns:
+        column.no_wrap = wide
+        column.overflow = "ignore" if wide else "ellipsis"
+    Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+
+
+IdentArg = Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")]
+
+
+def _check_ident(ident: str) -> None:
+    """A container name or id as docker spells them; anything else is a usage error."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,253}", ident):
+        raise ConfigError(f"ID: {ident!r} is not a container name or id")
 
 
 @app.command()
 @handle_errors
 def logs(
-    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
+    ident: IdentArg,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
 ) -> None:
-    """Show the output of a gpulaunch container."""
+    """Show the output of a container started by `gpulaunch run`."""
+    _check_ident(ident)
     container = _engine().get_managed(ident)
     if follow:
         for chunk in container.logs(stream=True, follow=True):
@@ -495,16 +558,24 @@ def logs(
         sys.stdout.buffer.write(container.logs())
 
 
+MAX_STOP_TIMEOUT_S = 24 * 3600
+
+
 @app.command()
 @handle_errors
 def stop(
-    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
-    timeout: Annotated[int, typer.Option(help="Seconds before SIGKILL.")] = 45,
+    ident: IdentArg,
+    timeout: Annotated[str, typer.Option(help="Seconds before SIGKILL (0-86400).")] = "45",
 ) -> None:
-    """Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container."""
+    """Stop (SIGTERM, then SIGKILL after the timeout) and remove a `gpulaunch run` container."""
+    import re
+
+    _check_ident(ident)
+    if not re.fullmatch(r"[0-9]{1,6}", timeout) or int(timeout) > MAX_STOP_TIMEOUT_S:
+        raise ConfigError(f"--timeout: {timeout!r} is not whole seconds from 0 to 86400")
     engine = _engine()
     container = engine.get_managed(ident)
-    container.stop(timeout=timeout)
+    engine.stop(container, int(timeout))
     engine.discard(container)
     typer.echo(f"stopped {container.name}")
 

@@ -17,10 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulaunch.errors import BuildError, EngineError, RlimitRefused
+from gpulaunch.errors import BuildError, ConfigError, EngineError, RlimitRefused
 
 Builder = Literal["buildkit", "classic"]
 MANAGED_LABEL = "io.gpulaunch.managed"
+RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
+API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
+CLI_PROBE_TIMEOUT_S = 10
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 
@@ -39,6 +43,8 @@ class BuildRequest:
     network: str = "default"  # default | host | none
     no_cache: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # BuildKit secret id -> value (index credentials); passed as files, never as args.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class DockerCli:
             argv += ["--network", req.network]
         if req.no_cache:
             argv.append("--no-cache")
+        for sid in sorted(req.secrets):  # files in the private build temp dir
+            argv += ["--secret", f"id={sid},src={dockerfile_path.parent / sid}"]
         argv.append(str(req.context))
         return argv
 
@@ -110,18 +118,34 @@ class Engine:
     def client(self) -> Any:
         if self._client is None:
             import docker
+            import requests
             from docker.errors import DockerException
 
+            client = None
             try:
-                self._client = docker.DockerClient(base_url=self.host, timeout=120)
-                self._client.ping()
-            except DockerException as err:
-                self._client = None
+                client = docker.DockerClient(base_url=self.host, timeout=PING_TIMEOUT_S)
+                client.ping()
+            except (DockerException, requests.RequestException) as err:
+                if client is not None:
+                    client.close()
+                timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
+                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else _short(err)
                 raise EngineError(
-                    f"cannot reach the Docker engine at {self.host}: {_short(err)}",
+                    f"cannot reach the Docker engine at {self.host}: {reason}",
                     hint="start dockerd, or set DOCKER_HOST to a running engine",
                 ) from None
+            client.api.timeout = API_TIMEOUT_S
+            self._client = client
         return self._client
+
+    def network_names(self) -> set[str]:
+        """Networks the engine has (one cheap API call; used on real runs only)."""
+        from docker.errors import DockerException
+
+        try:
+            return {str(n.name) for n in self.client().networks.list()}
+        except DockerException as err:
+            raise EngineError(f"cannot list the engine's networks: {_short(err)}") from None
 
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
@@ -144,7 +168,7 @@ class Engine:
         for path in candidates:
             if self._cli_ok(path, ["buildx", "version"]):
                 return DockerCli(path, "buildx")
-            version = self._cli_output(path, ["version", "--format", "{{.Client.Version}}"])
+            version = _client_version(self._cli_output(path, ["--version"]) or "")
             if version and _major(version) < 23:
                 # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
                 return DockerCli(path, "env")
@@ -162,7 +186,11 @@ class Engine:
     def _cli_output(self, path: str, args: list[str]) -> str | None:
         try:
             proc = subprocess.run(
-                [path, *args], capture_output=True, text=True, timeout=20, env=self._cli_env()
+                [path, *args],
+                capture_output=True,
+                text=True,
+                timeout=CLI_PROBE_TIMEOUT_S,
+                env=self._cli_env(),
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -206,6 +234,10 @@ class Engine:
         with tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile)
+            for sid, value in req.secrets.items():  # tmp is 0700: ours alone
+                fd = os.open(Path(tmp) / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(value)
             argv = cli.build_argv(req, dockerfile)
             on_line("$ " + " ".join(argv))
             try:
@@ -234,6 +266,11 @@ class Engine:
     def _build_sdk(self, req: BuildRequest, on_line: Callable[[str], None]) -> None:
         from docker.errors import APIError, DockerException
 
+        if req.secrets:
+            raise ConfigError(
+                "image.pip: index credentials need BuildKit secrets; the classic builder "
+                "would keep them in the image history; build with BuildKit"
+            )
         client = self.client()
         name = ".gpulaunch-Dockerfile"
         dockerfile = req.context / name
@@ -317,6 +354,18 @@ class Engine:
             raise
 
     @staticmethod
+    def stop(container: Any, timeout: int) -> None:
+        """SIGTERM, SIGKILL after `timeout` s; the API call may take that long plus a margin."""
+        from docker.errors import DockerException, NotFound
+
+        try:
+            container.client.api.stop(container.id, timeout=timeout)
+        except NotFound:
+            return
+        except DockerException as err:
+            raise EngineError(f"cannot stop {container.name}: {_short(err)}") from None
+
+    @staticmethod
     def discard(container: Any) -> None:
         if container is None:
             return
@@ -325,28 +374,67 @@ class Engine:
         with contextlib.suppress(DockerException):
             container.remove(force=True)
 
-    def find_leftover(self, name: str) -> Any:
-        """The container named `name` if it exists (created but perhaps never started)."""
-        from docker.errors import NotFound
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        """The container `name` of run `run_id` if it exists (created but perhaps never
+        started); a container of that name that is not this run's is left alone."""
+        from docker.errors import DockerException, NotFound
 
         try:
-            return self.client().containers.get(name)
+            container = self.client().containers.get(name)
         except NotFound:
             return None
+        except DockerException as err:
+            raise EngineError(f"container {name!r}: {_short(err)}") from None
+        return container if self.run_id_of(container) == run_id else None
+
+    def run_id_of(self, container: Any) -> str | None:
+        """The run id `gpulaunch run` gave this container, or None when it is not ours.
+
+        Containers inherit their image's labels, so a label counts only when the container's
+        own value differs from what its image carries: `docker run IMG` of an image with a
+        run-id label must not look like a gpulaunch job.
+        """
+        labels = container.labels or {}
+        run_id = labels.get(RUN_ID_LABEL)
+        if not run_id:
+            return None
+        return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
+
+    def _image_labels(self, container: Any) -> dict[str, str]:
+        from docker.errors import DockerException
+
+        image_id = (getattr(container, "attrs", None) or {}).get("Image")
+        if not image_id:
+            return {}
+        try:
+            attrs = self.client().api.inspect_image(image_id)
+        except DockerException:
+            return {}  # image gone: nothing could have been inherited from it
+        return dict((attrs.get("Config") or {}).get("Labels") or {})
 
     def list_managed(self, all_states: bool = False) -> list[Any]:
-        filters = {"label": MANAGED_LABEL}
-        return list(self.client().containers.list(all=all_states, filters=filters))
+        """Containers `gpulaunch run` started (by their own run-id label)."""
+        from docker.errors import DockerException
+
+        try:
+            found = self.client().containers.list(all=all_states, filters={"label": RUN_ID_LABEL})
+        except DockerException as err:
+            raise EngineError(f"cannot list containers: {_short(err)}") from None
+        return [c for c in found if self.run_id_of(c) is not None]
 
     def get_managed(self, ident: str) -> Any:
-        from docker.errors import NotFound
+        from docker.errors import DockerException, NotFound
 
         try:
             container = self.client().containers.get(ident)
         except NotFound:
             raise EngineError(f"no container {ident!r}") from None
-        if MANAGED_LABEL not in (container.labels or {}):
-            raise EngineError(f"container {ident!r} was not started by gpulaunch")
+        except DockerException as err:
+            raise EngineError(f"container {ident!r}: {_short(err)}") from None
+        if self.run_id_of(container) is None:
+            raise EngineError(
+                f"container {ident!r} was not started by `gpulaunch run`; not touching it"
+            )
         return container
 
 
@@ -361,6 +449,12 @@ def _is_executable(path: Path) -> bool:
         return path.is_file() and os.access(path, os.X_OK)
     except OSError:
         return False
+
+
+def _client_version(text: str) -> str:
+    """ "Docker version 20.10.24+dfsg1, build 297e128" -> "20.10.24+dfsg1"."""
+    match = re.search(r"version v?(\d+\.\S*?),?(?:\s|$)", text)
+    return match.group(1) if match else ""
 
 
 def _major(version: str) -> int:
