@@ -180,6 +180,14 @@ class Engine:
         env["DOCKER_BUILDKIT"] = "1"
         return env
 
+    def _probe_env(self) -> dict[str, str]:
+        """Probing needs no daemon (dry-run asks none), but Debian's docker 20.10 CLI dials
+        the engine even for `--version` and waits for ever on a hung one: point it at a
+        socket that cannot exist so it fails at once and still reports itself."""
+        env = {k: v for k, v in self._cli_env().items() if k != "DOCKER_CONTEXT"}
+        env["DOCKER_HOST"] = "unix:///nonexistent/gpulaunch-probe.sock"
+        return env
+
     def _cli_ok(self, path: str, args: list[str]) -> bool:
         return self._cli_output(path, args) is not None
 
@@ -190,7 +198,7 @@ class Engine:
                 capture_output=True,
                 text=True,
                 timeout=CLI_PROBE_TIMEOUT_S,
-                env=self._cli_env(),
+                env=self._probe_env(),
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
