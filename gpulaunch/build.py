@@ -162,8 +162,8 @@ def prepare_build(
         build_args=args,
         network=opts.network or config.build.network,
         no_cache=opts.no_cache,
-        labels={MANAGED_LABEL: "true"},
         secrets=dict(plan.secrets),
+        labels={MANAGED_LABEL: "true"},
     )
     return PreparedBuild(plan, dockerfile, request, tag)
 

@@ -42,9 +42,9 @@ class BuildRequest:
     build_args: dict[str, str] = field(default_factory=dict)
     network: str = "default"  # default | host | none
     no_cache: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
     # BuildKit secret id -> value (index credentials); passed as files, never as args.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,10 @@ class Engine:
         for path in candidates:
             if self._cli_ok(path, ["buildx", "version"]):
                 return DockerCli(path, "buildx")
-            version = _client_version(self._cli_output(path, ["--version"]) or "")
-            if version and _major(version) < 23:
+            # `docker --version` is the client alone: the answer must not depend on whether
+            # a daemon answered (dry-run and the real build pick the same builder and tag).
+            version = self._cli_output(path, ["--version"])
+            if version and _major(_client_version(version)) < 23:
                 # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
                 return DockerCli(path, "env")
         return None
@@ -242,11 +244,8 @@ class Engine:
         with tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile)
-            for sid, value in req.secrets.items():  # tmp is 0700: ours alone
-                fd = os.open(Path(tmp) / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(value)
             argv = cli.build_argv(req, dockerfile)
+            _write_secrets(Path(tmp), req.secrets)
             on_line("$ " + " ".join(argv))
             try:
                 proc = subprocess.Popen(
@@ -362,18 +361,6 @@ class Engine:
             raise
 
     @staticmethod
-    def stop(container: Any, timeout: int) -> None:
-        """SIGTERM, SIGKILL after `timeout` s; the API call may take that long plus a margin."""
-        from docker.errors import DockerException, NotFound
-
-        try:
-            container.client.api.stop(container.id, timeout=timeout)
-        except NotFound:
-            return
-        except DockerException as err:
-            raise EngineError(f"cannot stop {container.name}: {_short(err)}") from None
-
-    @staticmethod
     def discard(container: Any) -> None:
         if container is None:
             return
@@ -446,6 +433,14 @@ class Engine:
         return container
 
 
+def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> None:
+    """One 0600 file per BuildKit secret in the private (0700) build temp folder."""
+    for sid, value in secrets.items():
+        fd = os.open(folder / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value)
+
+
 def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
     return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
 
@@ -460,8 +455,8 @@ def _is_executable(path: Path) -> bool:
 
 
 def _client_version(text: str) -> str:
-    """ "Docker version 20.10.24+dfsg1, build 297e128" -> "20.10.24+dfsg1"."""
-    match = re.search(r"version v?(\d+\.\S*?),?(?:\s|$)", text)
+    """'Docker version 20.10.24, build 297e128' -> '20.10.24'."""
+    match = re.search(r"version (\d+[\w.+-]*)", text)
     return match.group(1) if match else ""
 
 

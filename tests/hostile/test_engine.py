@@ -187,33 +187,6 @@ def test_nothing_after_dashdash_is_a_usage_error(hostile: Hostile) -> None:
     hostile.invoke_unchanged("run", "--dry-run", "--gpus", "0", "--").assert_clean_error(2, "--")
 
 
-# -- logs / stop argument checks (before any engine is asked) -----------------------------
-
-
-@pytest.mark.parametrize(
-    ("args", "names"),
-    [
-        (("logs", ""), ("ID",)),
-        (("logs", "a\nb"), ("ID",)),
-        (("logs", "-x"), ()),
-        (("stop", ""), ("ID",)),
-        (("stop", "abc", "--timeout", "1e20"), ("--timeout",)),
-        (("stop", "abc", "--timeout", "-1"), ("--timeout",)),
-        (("stop", "abc", "--timeout", "99999999"), ("--timeout",)),
-        (("stop", "abc", "--timeout", "nan"), ("--timeout",)),
-    ],
-)
-def test_bad_arguments_are_usage_errors(
-    hostile: Hostile, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], names: tuple[str]
-) -> None:
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/engine.sock")  # never reached
-    outcome = hostile.invoke_unchanged(*args)
-    if names:
-        outcome.assert_clean_error(2, *names)
-    else:
-        assert outcome.code == 2, outcome.stderr  # click's own usage error for an option
-
-
 # -- secrets: index credentials and launch env --------------------------------------------
 
 SECRET_CONFIG = (
@@ -310,3 +283,33 @@ def test_error_messages_are_masked(hostile: Hostile, monkeypatch: pytest.MonkeyP
 )
 def test_client_version_from_dash_dash_version(text: str, version: str) -> None:
     assert _client_version(text) == version
+
+
+# -- ps: scripts read it ------------------------------------------------------------------
+
+
+def test_ps_off_a_terminal_neither_truncates_nor_wraps(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpulaunch.cli as cli
+
+    long = "gl-" + "x" * 150
+    rows = [
+        SimpleNamespace(
+            name=f"{long}-{i}",
+            short_id=f"abc{i}",
+            labels={RUN_ID_LABEL: f"r{i}", "io.gpulaunch.project": "p"},
+            status="running",
+            image=SimpleNamespace(tags=["p:gl-123"]),
+        )
+        for i in (1, 2)
+    ]
+    monkeypatch.setattr(cli, "_engine", lambda: SimpleNamespace(list_managed=lambda _all: rows))
+    table = hostile.invoke("ps")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert len(lines) == 3  # header + one line per container: nothing wrapped
+    assert lines[1].split()[0] == f"{long}-1" and lines[2].split()[0] == f"{long}-2"
+    listing = json.loads(hostile.invoke("ps", "--json").stdout)
+    assert [r["name"] for r in listing] == [f"{long}-1", f"{long}-2"]
+    assert listing[0]["run_id"] == "r1"
