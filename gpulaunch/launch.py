@@ -19,6 +19,7 @@ WORKSPACE = "/workspace"
 HELPERS_DIR = "/opt/gpulaunch/bin"
 STOP_TIMEOUT = 45  # longer than torchrun's 30 s graceful shutdown of its workers
 NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
+V4MAPPED_LOOPBACK_NAME = "localhost-v4mapped"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class RunPlan:
         if self.hostname is None:
             self.hostname = "gl-" + self.labels.get(RUN_ID_LABEL, "job")[-6:]
         self.extra_hosts.setdefault(self.hostname, "127.0.0.1")
+        # A store listening on [::] sees IPv4 clients as ::ffff:127.0.0.1; /etc/hosts has no
+        # name for that, so c10d's reverse lookup falls through to DNS and warns
+        # "hostname of the client socket cannot be retrieved" on every connection.
+        self.extra_hosts.setdefault(V4MAPPED_LOOPBACK_NAME, "::ffff:127.0.0.1")
 
     @property
     def run_id(self) -> str:
