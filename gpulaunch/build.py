@@ -27,6 +27,7 @@ from gpulaunch.context import Entry, effective_rules, hash_entries, parse_rules,
 from gpulaunch.engine import MANAGED_LABEL, Builder, BuildRequest, DockerCli, Engine
 from gpulaunch.errors import BuildError, ConfigError
 from gpulaunch.fsio import open_stream
+from gpulaunch.masking import mask
 from gpulaunch.render import ImagePlan, plan_image, render_dockerfile, render_dockerignore
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ def prepare_build(
         build_args=args,
         network=opts.network or config.build.network,
         no_cache=opts.no_cache,
+        secrets=dict(plan.secrets),
         labels={MANAGED_LABEL: "true"},
         entries=tuple(entries),
         ignore_rules=tuple(rule.text() for rule in rules),
@@ -204,7 +206,7 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
         " these, the docker CLI alone would apply .dockerignore only\n"
     )
     heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
-    return note + prefix + shlex.join(argv) + heredoc
+    return mask(note + prefix + shlex.join(argv) + heredoc)
 
 
 def run_build(
@@ -227,6 +229,7 @@ def run_build(
         log.write(f"# gpulaunch {__version__} build of {prepared.tag} ({builder})\n")
 
         def on_line(line: str) -> None:
+            line = mask(line)  # the log, the progress line and the error tail
             log.write(line + "\n")
             log.flush()  # a user (or a test) may follow the log while it builds
             if progress.feed(line) and on_progress is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
 from gpulaunch import __version__
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
@@ -40,7 +41,10 @@ STATE = _State()
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values)."""
+    from gpulaunch.masking import mask
+
+    typer.echo(mask(message), err=True)
 
 
 def handle_errors(fn: F) -> F:
@@ -303,6 +307,8 @@ def build(
         cli = Engine().docker_cli() if kind == "buildkit" else None
         prepared = prepare_build(cfg, project, kind, opts)  # type: ignore[arg-type]
         if as_json:
+            from gpulaunch.masking import mask_data
+
             data = {
                 "tag": prepared.tag,
                 "tags": list(prepared.request.tags),
@@ -313,7 +319,7 @@ def build(
                 "context": [e.rel for e in prepared.request.entries],
                 "dockerfile": prepared.dockerfile,
             }
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(json.dumps(mask_data(data), indent=2))
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
         return
@@ -321,9 +327,28 @@ def build(
     typer.echo(outcome.tag)
 
 
-@app.command(context_settings={"ignore_unknown_options": True})
+AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+
+class _RunCommand(TyperCommand):
+    """Keeps what follows the first `--` out of click's parser, verbatim.
+
+    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
+    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def run(
+    ctx: typer.Context,
     script: Annotated[
         str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
     ] = None,
@@ -386,11 +411,16 @@ def run(
     _check_network(network)
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
-    cfg, project = _load(config)
+    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
     rest = list(args or [])
     command: list[str] = []
-    if script is not None and not script.endswith(".py") and not Path(script).is_file():
-        command, script, rest = [script, *rest], None, []  # `run -- CMD ...`
+    if script is None and tail is not None:
+        command = list(tail)  # `run -- CMD ...`: a raw command, never re-read as SCRIPT
+        if not command:
+            raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
+    elif tail is not None:
+        rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
+    cfg, project = _load(config)
     opts = RunOptions(
         script=script,
         args=rest,
@@ -461,46 +491,65 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
     from gpulaunch.build import dry_run_text
     from gpulaunch.jobs import dry_run_json
     from gpulaunch.launch import docker_run_argv, shell_line
+    from gpulaunch.masking import mask, mask_data, mask_env
 
     if as_json:
-        typer.echo(json.dumps(dry_run_json(prepared, plan), indent=2))
+        typer.echo(json.dumps(mask_data(dry_run_json(prepared, plan)), indent=2))
         return
     for line in plan.summary_lines():
-        typer.echo(f"# {line}")
+        typer.echo(mask(f"# {line}"))
     typer.echo("# env:")
+    shown = mask_env({k: str(item.value) for k, item in plan.launch.env.items()})
     for key, item in sorted(plan.launch.env.items()):
-        typer.echo(f"#   {key}={item.value}  ({item.source})")
+        typer.echo(f"#   {key}={shown[key]}  ({item.source})")
     if prepared is None:
         typer.echo("# command (host)")
-        env_args = [f"{k}={v}" for k, v in sorted(plan.run.env.items())]
-        typer.echo(shell_line(["env", *env_args, *plan.run.command]))
+        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
+        typer.echo(mask(shell_line(["env", *env_args, *plan.run.command])))
         return
     typer.echo("# build (skipped when the tag exists)")
     typer.echo(dry_run_text(prepared, cli), nl=False)
     typer.echo("# run")
-    typer.echo(shell_line(docker_run_argv(plan.run, detach=detach)))
+    run_argv = docker_run_argv(plan.run, detach=detach)
+    typer.echo(mask(shell_line([mask(a) if a.count("=") else a for a in run_argv])))
 
 
 @app.command()
 @handle_errors
 def ps(
     all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List containers started by gpulaunch (by label)."""
+    """List containers started by `gpulaunch run` (by their run-id label)."""
+    rows = []
+    for container in _engine().list_managed(all_states):
+        labels = container.labels or {}
+        tags = container.image.tags if container.image else []
+        rows.append(
+            {
+                "name": container.name,
+                "id": container.short_id,
+                "run_id": labels.get("io.gpulaunch.run-id", ""),
+                "project": labels.get("io.gpulaunch.project", ""),
+                "status": container.status,
+                "image": tags[0] if tags else "",
+            }
+        )
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
     from rich.console import Console
     from rich.table import Table
 
     table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
-    for container in _engine().list_managed(all_states):
-        labels = container.labels or {}
-        tags = container.image.tags if container.image else []
-        table.add_row(
-            container.name,
-            labels.get("io.gpulaunch.project", ""),
-            container.status,
-            tags[0] if tags else "",
-        )
-    Console().print(table)
+    for row in rows:
+        table.add_row(row["name"], row["project"], row["status"], row["image"])
+    # Off a terminal nothing may be cut or wrapped: scripts read these names.
+    wide = not sys.stdout.isatty()
+    for column in table.columns:
+        column.no_wrap = wide
+        column.overflow = "ignore" if wide else "ellipsis"
+    Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
 
 
 @app.command()

@@ -18,10 +18,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulaunch.context import Entry, mirror, write_tar
-from gpulaunch.errors import BuildError, EngineError, ExitCode, GpulaunchError, RlimitRefused
+from gpulaunch.errors import (
+    BuildError,
+    ConfigError,
+    EngineError,
+    ExitCode,
+    GpulaunchError,
+    RlimitRefused,
+)
 
 Builder = Literal["buildkit", "classic"]
 MANAGED_LABEL = "io.gpulaunch.managed"
+RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
+API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
+CLI_PROBE_TIMEOUT_S = 10
 CLASSIC_DOCKERFILE = ".gpulaunch-build.Dockerfile"  # only inside the context tar we send
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
@@ -40,6 +51,8 @@ class BuildRequest:
     build_args: dict[str, str] = field(default_factory=dict)
     network: str = "default"  # default | host | none
     no_cache: bool = False
+    # BuildKit secret id -> value (index credentials); passed as files, never as args.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
     labels: dict[str, str] = field(default_factory=dict)
     # exactly what the engine receives (hashed into the tag; see gpulaunch.context)
     entries: tuple[Entry, ...] = ()
@@ -75,6 +88,8 @@ class DockerCli:
             argv += ["--network", req.network]
         if req.no_cache:
             argv.append("--no-cache")
+        for sid in sorted(req.secrets):  # files in the private build temp dir
+            argv += ["--secret", f"id={sid},src={dockerfile_path.parent / sid}"]
         argv.append(str(context or req.context))
         return argv
 
@@ -117,18 +132,34 @@ class Engine:
     def client(self) -> Any:
         if self._client is None:
             import docker
+            import requests
             from docker.errors import DockerException
 
+            client = None
             try:
-                self._client = docker.DockerClient(base_url=self.host, timeout=120)
-                self._client.ping()
-            except DockerException as err:
-                self._client = None
+                client = docker.DockerClient(base_url=self.host, timeout=PING_TIMEOUT_S)
+                client.ping()
+            except (DockerException, requests.RequestException) as err:
+                if client is not None:
+                    client.close()
+                timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
+                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else _short(err)
                 raise EngineError(
-                    f"cannot reach the Docker engine at {self.host}: {_short(err)}",
+                    f"cannot reach the Docker engine at {self.host}: {reason}",
                     hint="start dockerd, or set DOCKER_HOST to a running engine",
                 ) from None
+            client.api.timeout = API_TIMEOUT_S
+            self._client = client
         return self._client
+
+    def network_names(self) -> set[str]:
+        """Networks the engine has (one cheap API call; used on real runs only)."""
+        from docker.errors import DockerException
+
+        try:
+            return {str(n.name) for n in self.client().networks.list()}
+        except DockerException as err:
+            raise EngineError(f"cannot list the engine's networks: {_short(err)}") from None
 
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
@@ -165,13 +196,25 @@ class Engine:
         env["DOCKER_BUILDKIT"] = "1"
         return env
 
+    def _probe_env(self) -> dict[str, str]:
+        """Probing needs no daemon (dry-run asks none), but Debian's docker 20.10 CLI dials
+        the engine even for `--version` and waits for ever on a hung one: point it at a
+        socket that cannot exist so it fails at once and still reports itself."""
+        env = {k: v for k, v in self._cli_env().items() if k != "DOCKER_CONTEXT"}
+        env["DOCKER_HOST"] = "unix:///nonexistent/gpulaunch-probe.sock"
+        return env
+
     def _cli_ok(self, path: str, args: list[str]) -> bool:
         return self._cli_output(path, args) is not None
 
     def _cli_output(self, path: str, args: list[str]) -> str | None:
         try:
             proc = subprocess.run(
-                [path, *args], capture_output=True, text=True, timeout=20, env=self._cli_env()
+                [path, *args],
+                capture_output=True,
+                text=True,
+                timeout=CLI_PROBE_TIMEOUT_S,
+                env=self._probe_env(),
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -248,6 +291,7 @@ class Engine:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile, encoding="utf-8")
             context = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
+            _write_secrets(Path(tmp), req.secrets)
             try:
                 mirror(req.context, list(req.entries), context)
                 argv = cli.build_argv(req, dockerfile, context)
@@ -293,6 +337,11 @@ class Engine:
 
         from docker.errors import APIError, DockerException
 
+        if req.secrets:
+            raise ConfigError(
+                "image.pip: index credentials need BuildKit secrets; the classic builder "
+                "would keep them in the image history; build with BuildKit"
+            )
         client = self.client()
         with _sigterm_raises(), tempfile.TemporaryFile(prefix="gpulaunch-context-") as tar:
             extra = {
@@ -387,28 +436,67 @@ class Engine:
         with contextlib.suppress(DockerException):
             container.remove(force=True)
 
-    def find_leftover(self, name: str) -> Any:
-        """The container named `name` if it exists (created but perhaps never started)."""
-        from docker.errors import NotFound
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        """The container `name` of run `run_id` if it exists (created but perhaps never
+        started); a container of that name that is not this run's is left alone."""
+        from docker.errors import DockerException, NotFound
 
         try:
-            return self.client().containers.get(name)
+            container = self.client().containers.get(name)
         except NotFound:
             return None
+        except DockerException as err:
+            raise EngineError(f"container {name!r}: {_short(err)}") from None
+        return container if self.run_id_of(container) == run_id else None
+
+    def run_id_of(self, container: Any) -> str | None:
+        """The run id `gpulaunch run` gave this container, or None when it is not ours.
+
+        Containers inherit their image's labels, so a label counts only when the container's
+        own value differs from what its image carries: `docker run IMG` of an image with a
+        run-id label must not look like a gpulaunch job.
+        """
+        labels = container.labels or {}
+        run_id = labels.get(RUN_ID_LABEL)
+        if not run_id:
+            return None
+        return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
+
+    def _image_labels(self, container: Any) -> dict[str, str]:
+        from docker.errors import DockerException
+
+        image_id = (getattr(container, "attrs", None) or {}).get("Image")
+        if not image_id:
+            return {}
+        try:
+            attrs = self.client().api.inspect_image(image_id)
+        except DockerException:
+            return {}  # image gone: nothing could have been inherited from it
+        return dict((attrs.get("Config") or {}).get("Labels") or {})
 
     def list_managed(self, all_states: bool = False) -> list[Any]:
-        filters = {"label": MANAGED_LABEL}
-        return list(self.client().containers.list(all=all_states, filters=filters))
+        """Containers `gpulaunch run` started (by their own run-id label)."""
+        from docker.errors import DockerException
+
+        try:
+            found = self.client().containers.list(all=all_states, filters={"label": RUN_ID_LABEL})
+        except DockerException as err:
+            raise EngineError(f"cannot list containers: {_short(err)}") from None
+        return [c for c in found if self.run_id_of(c) is not None]
 
     def get_managed(self, ident: str) -> Any:
-        from docker.errors import NotFound
+        from docker.errors import DockerException, NotFound
 
         try:
             container = self.client().containers.get(ident)
         except NotFound:
             raise EngineError(f"no container {ident!r}") from None
-        if MANAGED_LABEL not in (container.labels or {}):
-            raise EngineError(f"container {ident!r} was not started by gpulaunch")
+        except DockerException as err:
+            raise EngineError(f"container {ident!r}: {_short(err)}") from None
+        if self.run_id_of(container) is None:
+            raise EngineError(
+                f"container {ident!r} was not started by `gpulaunch run`; not touching it"
+            )
         return container
 
 
@@ -437,6 +525,14 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> None:
+    """One 0600 file per BuildKit secret in the private (0700) build temp folder."""
+    for sid, value in secrets.items():
+        fd = os.open(folder / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value)
 
 
 def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:

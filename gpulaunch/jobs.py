@@ -235,6 +235,8 @@ def plan_run(
         numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
     )
     _apply_docker_options(plan, launch, opts.network)
+    if plan.network == "none":  # a profile may choose it after the plan was made
+        plan.pin_hostname()
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
     return LaunchPlan(plan, launch, numa, source, host_mode)
 

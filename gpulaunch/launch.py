@@ -12,13 +12,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpulaunch.config import parse_gpus
-from gpulaunch.engine import MANAGED_LABEL
+from gpulaunch.engine import MANAGED_LABEL, RUN_ID_LABEL
 from gpulaunch.errors import ConfigError
 
 WORKSPACE = "/workspace"
 HELPERS_DIR = "/opt/gpulaunch/bin"
 STOP_TIMEOUT = 45  # longer than torchrun's 30 s graceful shutdown of its workers
 NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
+V4MAPPED_LOOPBACK_NAME = "localhost-v4mapped"
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,27 @@ class RunPlan:
     extra_hosts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.network == "none" and self.hostname is None:
-            # No network means no address for the container's own hostname, and torchrun's
-            # rendezvous connects to that name: map it to loopback.
-            self.hostname = "gl-" + self.labels.get("io.gpulaunch.run-id", "job")[-6:]
-            self.extra_hosts[self.hostname] = "127.0.0.1"
+        if self.network == "none":
+            self.pin_hostname()
+
+    def pin_hostname(self) -> None:
+        """Give the container a hostname that resolves to loopback.
+
+        Without a network (`none`, or the default network on an engine that has no bridge)
+        the container's own hostname has no address, and torchrun's rendezvous and c10d
+        resolve that name: they retry for minutes instead of starting.
+        """
+        if self.hostname is None:
+            self.hostname = "gl-" + self.labels.get(RUN_ID_LABEL, "job")[-6:]
+        self.extra_hosts.setdefault(self.hostname, "127.0.0.1")
+        # A store listening on [::] sees IPv4 clients as ::ffff:127.0.0.1; /etc/hosts has no
+        # name for that, so c10d's reverse lookup falls through to DNS and warns
+        # "hostname of the client socket cannot be retrieved" on every connection.
+        self.extra_hosts.setdefault(V4MAPPED_LOOPBACK_NAME, "::ffff:127.0.0.1")
+
+    @property
+    def run_id(self) -> str:
+        return self.labels.get(RUN_ID_LABEL, "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -262,5 +279,5 @@ def base_labels(project_name: str, run_id: str) -> dict[str, str]:
     return {
         MANAGED_LABEL: "true",
         "io.gpulaunch.project": project_name,
-        "io.gpulaunch.run-id": run_id,
+        RUN_ID_LABEL: run_id,
     }

@@ -82,6 +82,8 @@ class ImagePlan:
     # project paths the Dockerfile reads (COPY, bind mounts), relative, links' targets too:
     # they stay in the build context whatever .dockerignore says
     required: tuple[str, ...]
+    # BuildKit secret id -> value: index URLs with credentials, never in the Dockerfile.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -178,10 +180,13 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     else:
         torch_flags = f" --index-url {resolved.torch_index_url}{links_flags}"
     req_flags = links_flags
+    secrets: dict[str, str] = {}
+    index_note = ""
     if not img.pip.no_index:
-        if img.pip.index_url:
+        secrets, index_note = _index_secrets(config, builder)
+        if img.pip.index_url and not secrets:
             req_flags = f" --index-url {shlex.quote(img.pip.index_url)}" + req_flags
-        for url in img.pip.extra_index_urls:
+        for url in img.pip.extra_index_urls if not secrets else ():
             req_flags += f" --extra-index-url {shlex.quote(url)}"
 
     apt, deadsnakes = _apt_packages(resolved, config)
@@ -216,10 +221,15 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "requirements_file": requirements_file,
         "dependencies": dependencies,
         "req_source_flags": req_flags,
+        "pip_secrets": sorted(secrets),
+        "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
+        "index_note": index_note,
         "env": dict(img.env),
         "run_steps": list(img.run),
     }
-    return ImagePlan(config.name, resolved, builder, context, tuple(dict.fromkeys(required)))
+    return ImagePlan(
+        config.name, resolved, builder, context, tuple(dict.fromkeys(required)), secrets
+    )
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
@@ -239,6 +249,43 @@ def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Pa
     required.append(Path(os.path.normpath(rel)).as_posix())
     required.append(real.relative_to(root).as_posix())
     return real
+
+
+PIP_INDEX_SECRET = "gl_pip_index_url"
+PIP_EXTRA_SECRET = "gl_pip_extra_index_urls"
+_SECRET_VARS = {PIP_INDEX_SECRET: "PIP_INDEX_URL", PIP_EXTRA_SECRET: "PIP_EXTRA_INDEX_URL"}
+
+
+def _index_secrets(config: ProjectConfig, builder: Builder) -> tuple[dict[str, str], str]:
+    """Index URLs with credentials go to BuildKit secrets (mounted for the pip step only).
+
+    As build args or in the Dockerfile they would stay in `docker history` for good; the
+    classic builder has no secrets, so it is refused. The Dockerfile names the indexes
+    masked, so a change of index (not of token) still changes the image hash.
+    """
+    from gpulaunch.masking import has_userinfo, mask
+
+    pip = config.image.pip
+    urls = [u for u in [pip.index_url, *pip.extra_index_urls] if u]
+    if not any(has_userinfo(u) for u in urls):
+        return {}, ""
+    if builder == "classic":
+        field_name = (
+            "image.pip.index_url"
+            if pip.index_url and has_userinfo(pip.index_url)
+            else "image.pip.extra_index_urls"
+        )
+        raise ConfigError(
+            f"{field_name}: holds credentials, which the classic builder would keep in the "
+            "image history; build with BuildKit (a docker CLI with BuildKit, not --builder "
+            "classic) so they are passed as build secrets"
+        )
+    secrets: dict[str, str] = {}
+    if pip.index_url:
+        secrets[PIP_INDEX_SECRET] = pip.index_url
+    if pip.extra_index_urls:
+        secrets[PIP_EXTRA_SECRET] = " ".join(pip.extra_index_urls)
+    return secrets, "indexes (BuildKit secrets): " + " ".join(mask(u) for u in urls)
 
 
 def _torch_summary(resolved: ResolvedImage) -> str:

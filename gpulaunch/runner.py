@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from gpulaunch.engine import Engine, stream_logs
-from gpulaunch.errors import ExitCode, RlimitRefused, RunError
+from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
 from gpulaunch.launch import RunPlan, sdk_kwargs
 
 _SIGNAL_EXIT = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED}
@@ -53,6 +53,8 @@ def start(engine: Engine, plan: RunPlan, warn: Callable[[str], None]) -> Any:
     sandbox refuses it. Running with the engine's default beats not running at all, but the
     user must hear about it.
     """
+    if plan.network in (None, "default") and "bridge" not in engine.network_names():
+        plan.pin_hostname()  # the default network is no network on a bridge-less engine
     while True:
         try:
             return engine.create_container(sdk_kwargs(plan))
@@ -131,8 +133,8 @@ def supervise(
         if container is not None:
             engine.discard(container)
         else:
-            leftover = engine.find_leftover(plan.name)
-            engine.discard(leftover)
+            with contextlib.suppress(EngineError):
+                engine.discard(engine.find_leftover(plan.name, plan.run_id))
 
 
 def _signal(container: Any, name: str) -> None:

@@ -40,6 +40,10 @@ RUN mkdir -p /opt/gpulaunch \
  && python -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')" > /opt/gpulaunch/constraints.txt
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
+# 4. Project requirements
+COPY ["requirements.txt", "/opt/gpulaunch/requirements.txt"]
+RUN pip install --no-cache-dir -r /opt/gpulaunch/requirements.txt --no-index --find-links /opt/gpulaunch/find-links/0
+
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && (getent passwd "$GL_UID" >/dev/null || useradd -l -m -u "$GL_UID" -g "$GL_GID" -s /bin/sh gl) \
