@@ -447,7 +447,7 @@ def test_docker_scalars_override_and_launch_network() -> None:
         (
             "profiles:\n  a: {extends: a}\n",
             CliOverrides(),
-            "profiles.a.extends: unknown profile 'a'",
+            "profiles.a.extends: 'a' extends itself",
         ),
         (
             "profiles:\n  default: {extends: debug}\n",
