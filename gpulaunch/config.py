@@ -32,6 +32,7 @@ _NAME = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)
 _VERSION = re.compile(r"[A-Za-z0-9.+_-]+")
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _URL = re.compile(r"(https?|file)://[^\s]+")
+MAX_NAME = 128
 _SHM = re.compile(r"[0-9]+[bkmgBKMG]?")
 _CAP = re.compile(r"(CAP_)?[A-Z][A-Z0-9_]*")
 
@@ -284,7 +285,7 @@ class ProjectConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value) or len(value) > 128:
+        if not _NAME.fullmatch(value) or len(value) > MAX_NAME:
             raise ValueError(
                 f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
             )
@@ -295,6 +296,7 @@ def sanitize_name(text: str) -> str:
     """Turn a folder name into a valid image repository name."""
     name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("._-")
     name = re.sub(r"[._-]{2,}", "-", name)
+    name = name[:MAX_NAME].strip("._-")  # a long folder name still gives a valid name
     return name or "project"
 
 
