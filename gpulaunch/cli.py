@@ -157,8 +157,11 @@ def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
 
 def _quiet_stdout() -> None:
     """After a failed write to stdout, drop what is still buffered so exit stays quiet."""
-    with contextlib.suppress(OSError):
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout itself is what failed
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
 
 
 def _version_callback(value: bool) -> None:
