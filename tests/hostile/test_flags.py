@@ -182,3 +182,65 @@ def test_requests_errors_are_engine_errors(
 
     monkeypatch.setattr(cli, "_engine", boom)
     hostile.invoke_unchanged("ps").assert_clean_error(3, "Docker engine", "Connection aborted")
+
+
+# Accepted, but they hand the container the host: a warning each time (README documents them).
+WARNED: list[tuple[str, tuple[str, ...], str]] = [
+    ("mount-root", ("--mount", "/:/host:ro"), "--mount: mounts the host's root folder / read-only"),
+    (
+        "mount-docker-socket",
+        ("--mount", "/var/run/docker.sock:/var/run/docker.sock"),
+        "Docker socket",
+    ),
+    ("mount-home", ("--mount", "~:/home/me"), "your home folder"),
+]
+
+
+@pytest.mark.parametrize(("extra", "text"), [pytest.param(a, t, id=i) for i, a, t in WARNED])
+def test_dangerous_mount_is_warned(hostile: Hostile, extra: tuple[str, ...], text: str) -> None:
+    if "docker.sock" in extra[1] and not Path("/var/run/docker.sock").exists():
+        pytest.skip("no Docker socket on this machine")
+    outcome = hostile.invoke_unchanged(*RUN, *extra)
+    assert outcome.code == 0, outcome.stderr
+    warnings = [line for line in outcome.stderr.splitlines() if line.startswith("warning:")]
+    assert any(text in line for line in warnings), outcome.stderr
+
+
+def test_profile_cap_add_and_devices_are_warned(hostile: Hostile) -> None:
+    hostile.write_config(
+        hostile.project.joinpath("gpulaunch.yaml")
+        .read_text()
+        .replace("gpus: 0", "gpus: 0\n  profile: p")
+        + "profiles:\n  p:\n    docker:\n      cap_add: [SYS_ADMIN]\n      devices: [/dev/null]\n"
+    )
+    outcome = hostile.invoke_unchanged(*RUN)
+    assert outcome.code == 0, outcome.stderr
+    assert "warning: docker.cap_add in profile p" in outcome.stderr
+    assert "SYS_ADMIN" in outcome.stderr
+    assert "warning: docker.devices in profile p" in outcome.stderr
+
+
+def test_builtin_cap_add_is_not_warned(hostile: Hostile) -> None:
+    """The default profile's SYS_NICE is documented; warning on every run would be noise."""
+    outcome = hostile.invoke_unchanged(*RUN)
+    assert outcome.code == 0, outcome.stderr
+    assert "cap_add" not in outcome.stderr
+
+
+def test_init_in_a_folder_with_a_very_long_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpulaunch.cli import app
+    from gpulaunch.config import load_config
+
+    folder = tmp_path / ("Very Long Project " * 8)  # 144 characters
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    result = CliRunner().invoke(
+        app, ["init", "--yes", "--torch", "none", "--cuda", "cpu", "--python", "3.11"]
+    )
+    assert result.exit_code == 0, result.output
+    name = load_config(folder / "gpulaunch.yaml").name
+    assert len(name) <= 128 and name.startswith("very-long-project-")
