@@ -8,7 +8,6 @@ the field or flag name). No heavy imports: the CLI uses this before loading pyda
 from __future__ import annotations
 
 import re
-
 import unicodedata
 
 # What str.splitlines() splits on, plus every control/format-breaking category below.
@@ -17,7 +16,6 @@ _BAD_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_GPUS = 4096  # more than any machine has; stops 10**20 reaching the engine
-MAX_NPROC = 1024
 
 
 def bad_char(value: str) -> str | None:
