@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any, NamedTuple, TypeVar
 
-from gpulaunch.errors import CatalogError
+from gpulaunch.errors import CatalogError, ConfigError
 
 CONFIDENCES = ("high", "medium", "low")
 
@@ -450,13 +450,11 @@ def _check_consistency(cat: Catalog) -> None:
 @functools.cache
 def load_catalog() -> Catalog:
     """Load the packaged catalog once per process."""
-    import yaml  # lazy: keeps `import gpulaunch.catalog` cheap
+    from gpulaunch.yamlio import parse_yaml_text  # lazy: keeps `import gpulaunch.catalog` cheap
 
     text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise CatalogError(
-            f"catalog: gpulaunch/data/catalog.yaml is not valid YAML: {err}"
-        ) from err
+    try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
+        raw = parse_yaml_text(text, "gpulaunch/data/catalog.yaml")
+    except ConfigError as err:
+        raise CatalogError(f"catalog: {err.message}") from None
     return _parse_catalog(raw)

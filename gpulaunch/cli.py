@@ -6,6 +6,7 @@ them so `gpulaunch --help` starts as fast as a bare typer app.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -16,13 +17,68 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from gpulaunch import __version__
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
 
+
+class _Group(TyperGroup):
+    """Usage errors (bad flag values, missing arguments) as one `gpulaunch: error:` line with
+    exit 2, like every other bad input, instead of click's multi-line box."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        click_exception = _click_exception()
+        try:
+            rv = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+            code = rv if isinstance(rv, int) else 0
+        except click_exception as err:
+            if type(err).__name__ == "NoArgsIsHelpError":
+                err.show()  # type: ignore[attr-defined]
+            else:
+                reason = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+                _err(f"gpulaunch: error: {reason}")
+                ctx = getattr(err, "ctx", None)
+                if ctx is not None:
+                    _err(f"hint: see `{ctx.command_path} --help`")
+            code = int(getattr(err, "exit_code", ExitCode.USAGE))
+        except typer.Abort:
+            _err("gpulaunch: interrupted")
+            code = int(ExitCode.INTERRUPTED)
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+def _click_exception() -> type[Exception]:
+    """click's ClickException: typer >= 0.24 vendors click as typer._click."""
+    import importlib
+
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found: type[Exception] = importlib.import_module(module).ClickException
+        except ImportError:
+            continue
+        return found
+    raise RuntimeError("neither typer._click nor click is importable")  # pragma: no cover
+
+
 app = typer.Typer(
     name="gpulaunch",
+    cls=_Group,
     help="Build checked PyTorch GPU images and launch training in them.",
     no_args_is_help=True,
     add_completion=False,
@@ -72,10 +128,43 @@ def handle_errors(fn: F) -> F:
         except Exception as err:
             if STATE.debug:
                 raise
+            mapped = _outside_error(err)
+            if mapped is not None:
+                message, code = mapped
+                _err(f"gpulaunch: error: {message}")
+                raise typer.Exit(int(code)) from None
             _err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
             raise typer.Exit(int(ExitCode.FAILURE)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
+    """A one-line message and exit code for errors from the OS and the Docker engine.
+
+    Engine errors are recognised by the module of their class (docker.errors,
+    requests.exceptions, urllib3), so start-up never imports docker for this.
+    """
+    modules = [cls.__module__ for cls in type(err).__mro__]
+    if any(m.split(".")[0] in ("docker", "requests", "urllib3") for m in modules):
+        detail = " ".join(str(err).split()) or type(err).__name__
+        return f"Docker engine: {detail}", ExitCode.ENGINE
+    if isinstance(err, OSError):
+        reason = err.strerror or str(err) or type(err).__name__
+        if err.filename is None:
+            _quiet_stdout()
+            return f"cannot write output: {reason}", ExitCode.USAGE
+        return f"{err.filename}: {reason}", ExitCode.USAGE
+    return None
+
+
+def _quiet_stdout() -> None:
+    """After a failed write to stdout, drop what is still buffered so exit stays quiet."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout itself is what failed
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
 
 
 def _version_callback(value: bool) -> None:
@@ -269,6 +358,21 @@ NetworkOpt = Annotated[
 ]
 
 
+def _check_single_line(flags: dict[str, str | None]) -> None:
+    """String flags are whole single lines (no newline, Unicode separator or control char)."""
+    from gpulaunch.textcheck import single_line
+
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        try:
+            single_line(value)
+        except ValueError as err:
+            raise ConfigError(f"{flag}: {value!r} {err}") from None
+        if not value.strip():
+            raise ConfigError(f"{flag}: must not be empty")
+
+
 def _check_network(network: str | None) -> None:
     if network is not None and network not in ("default", "host", "none"):
         raise ConfigError(f"--network: {network!r} is not default, host or none")
@@ -358,7 +462,8 @@ def run(
         str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
     ] = None,
     nproc: Annotated[
-        int | None, typer.Option(help="Processes (torchrun); default: one per GPU.", min=1)
+        int | None,
+        typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
     ] = None,
     profile: Annotated[
         str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
@@ -383,7 +488,7 @@ def run(
             help="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation).",
         ),
     ] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
     network: NetworkOpt = None,
     no_container: Annotated[
@@ -409,6 +514,16 @@ def run(
     from gpulaunch.launch import shell_line
 
     _check_network(network)
+    _check_single_line(
+        {
+            "--gpus": gpus,
+            "--profile": profile,
+            "--nccl": nccl,
+            "--nccl-ifname": nccl_ifname,
+            "--numa": numa,
+            "--precision": precision,
+        }
+    )
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
@@ -552,6 +667,14 @@ def ps(
     Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
 
 
+def _check_ident(ident: str) -> None:
+    """A container name or id: non-empty, one line, docker's name characters."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}", ident):
+        raise ConfigError(f"ID: {ident!r} is not a container name or id")
+
+
 @app.command()
 @handle_errors
 def logs(
@@ -559,6 +682,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
 ) -> None:
     """Show the output of a gpulaunch container."""
+    _check_ident(ident)
     container = _engine().get_managed(ident)
     if follow:
         for chunk in container.logs(stream=True, follow=True):
@@ -572,9 +696,12 @@ def logs(
 @handle_errors
 def stop(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
-    timeout: Annotated[int, typer.Option(help="Seconds before SIGKILL.")] = 45,
+    timeout: Annotated[
+        int, typer.Option(help="Seconds before SIGKILL (0-86400).", min=0, max=86400)
+    ] = 45,
 ) -> None:
     """Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container."""
+    _check_ident(ident)
     engine = _engine()
     container = engine.get_managed(ident)
     container.stop(timeout=timeout)

@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import bad_char, env_item, parse_gpus, single_line, split_mount
 from gpulaunch.yamlio import read_yaml_file
 
 CONFIG_NAME = "gpulaunch.yaml"
 SCHEMA_VERSION = 1
 
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_APT_PKG = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+:~\-]+)?$")
-_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-_GPU_LIST = re.compile(
-    r"^(\d+|GPU-[0-9a-fA-F-]+|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
-    r"(,(\d+|GPU-[0-9a-fA-F-]+|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]))*$"
-)
-_MOUNT = re.compile(r"^[^:]+:/[^:]*(:(ro|rw))?$")
+# Every pattern is used with fullmatch: `$` would accept a trailing newline.
+_APT_PKG = re.compile(r"[a-z0-9][a-z0-9+.\-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+:~\-]+)?")
+_NAME = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
+_VERSION = re.compile(r"[A-Za-z0-9.+_-]+")
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+_URL = re.compile(r"(https?|file)://[^\s]+")
+MAX_NAME = 128
+_SHM = re.compile(r"[0-9]+[bkmgBKMG]?")
+_CAP = re.compile(r"(CAP_)?[A-Z][A-Z0-9_]*")
 
 NcclPreset = Literal["auto", "nvlink", "pcie", "ib-gdr", "tcp", "debug", "safe", "none"]
 NumaMode = Literal["auto", "off", "node", "socket"]
@@ -34,17 +43,31 @@ Network = Literal["default", "host", "none"]
 
 
 def _no_control_chars(value: str) -> str:
-    if any(ord(c) < 32 and c != "\t" for c in value):
-        raise ValueError("must be a single line (no newlines or control characters)")
-    return value
+    return single_line(value)
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
-        if not _ENV_KEY.match(key):
-            raise ValueError(f"{key!r} is not a valid environment variable name")
-        _no_control_chars(value)
+        env_item(key, value)
     return env
+
+
+def _check_strings(value: Any, multiline: bool) -> None:
+    """Every str inside `value` (list items, dict keys and values) is one line."""
+    if isinstance(value, str):
+        char = bad_char(value)
+        if char is not None and not (multiline and char in "\n\t"):
+            raise ValueError(
+                f"{value!r} must be a single line without control characters "
+                f"(found U+{ord(char):04X})"
+            )
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_strings(item, multiline)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, False)
+            _check_strings(item, multiline)
 
 
 def _project_relative(value: str) -> str:
@@ -56,6 +79,15 @@ def _project_relative(value: str) -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    # Fields whose strings may span lines (shell steps, rendered JSON-escaped).
+    _multiline: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _single_line(cls, value: Any, info: ValidationInfo) -> Any:
+        """No string anywhere in the schema may carry a line break or control character."""
+        _check_strings(value, info.field_name in cls._multiline)
+        return value
 
 
 class PipSettings(_Model):
@@ -77,7 +109,7 @@ class PipSettings(_Model):
     def _urls(cls, value: Any) -> Any:
         for url in [value] if isinstance(value, str) else value or []:
             _no_control_chars(url)
-            if not re.match(r"^(https?|file)://\S+$", url):
+            if not _URL.fullmatch(url):
                 raise ValueError(f"{url!r} is not an http(s):// or file:// URL")
         return value
 
@@ -102,17 +134,27 @@ class ImageSettings(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     run: list[str] = Field(default_factory=list, description="Extra build steps (shell).")
 
+    _multiline: ClassVar[frozenset[str]] = frozenset({"run"})
+
+    @field_validator("torch_extras")
+    @classmethod
+    def _extras(cls, value: list[str]) -> list[str]:
+        dupes = sorted({v for v in value if value.count(v) > 1})
+        if dupes:
+            raise ValueError(f"{dupes[0]!r} is listed twice")
+        return value
+
     @field_validator("python", "torch", "cuda", "cudnn", "os")
     @classmethod
     def _version(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z0-9.+_-]+$", value):
+        if value is not None and not _VERSION.fullmatch(value):
             raise ValueError(f"{value!r} is not a version string")
         return value
 
     @field_validator("base")
     @classmethod
     def _base(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", value):
+        if value is not None and not _IMAGE_REF.fullmatch(value):
             raise ValueError(f"{value!r} is not an image reference")
         return value
 
@@ -120,7 +162,7 @@ class ImageSettings(_Model):
     @classmethod
     def _packages(cls, value: list[str]) -> list[str]:
         for pkg in value:
-            if not _APT_PKG.match(pkg):
+            if not _APT_PKG.fullmatch(pkg):
                 raise ValueError(f"{pkg!r} is not a valid Debian/Ubuntu package name")
         return value
 
@@ -158,10 +200,27 @@ class DockerOptions(_Model):
     ulimits: dict[str, int] = Field(default_factory=dict)
     cpuset_cpus: str | None = None
 
+    @field_validator("cap_add")
+    @classmethod
+    def _caps(cls, value: list[str]) -> list[str]:
+        for cap in value:
+            if not _CAP.fullmatch(cap):
+                raise ValueError(f"{cap!r} is not a capability name like SYS_NICE")
+        return value
+
+    @field_validator("cpuset_cpus")
+    @classmethod
+    def _cpuset(cls, value: str | None) -> str | None:
+        if value is not None:
+            from gpulaunch.topology import parse_cpulist, possible_cpus
+
+            parse_cpulist(value, limit=possible_cpus())
+        return value
+
     @field_validator("shm_size")
     @classmethod
     def _shm(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^\d+[bkmgBKMG]?$", value):
+        if value is not None and not _SHM.fullmatch(value):
             raise ValueError(f"{value!r} is not a size like 16g")
         return value
 
@@ -211,9 +270,7 @@ class LaunchSettings(_Model):
     @classmethod
     def _mounts(cls, value: list[str]) -> list[str]:
         for mount in value:
-            _no_control_chars(mount)
-            if not _MOUNT.match(mount):
-                raise ValueError(f"{mount!r} is not host:/container[:ro]")
+            split_mount(mount)
         return value
 
 
@@ -228,33 +285,18 @@ class ProjectConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.match(value) or len(value) > 128:
+        if not _NAME.fullmatch(value) or len(value) > MAX_NAME:
             raise ValueError(
                 f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
             )
         return value
 
 
-def parse_gpus(value: Any) -> int | str:
-    """Normalise a GPU request: int count, "all", or a comma list of indices/UUIDs/bus ids."""
-    if isinstance(value, bool):
-        raise ValueError("must be a count, 'all' or a list like '0,2'")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return value
-    text = str(value).strip().replace(" ", "")
-    if text.isdigit():
-        return int(text)
-    if text == "all" or _GPU_LIST.match(text):
-        return text
-    raise ValueError(f"{value!r} is not a count, 'all' or a list like '0,2'")
-
-
 def sanitize_name(text: str) -> str:
     """Turn a folder name into a valid image repository name."""
     name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("._-")
     name = re.sub(r"[._-]{2,}", "-", name)
+    name = name[:MAX_NAME].strip("._-")  # a long folder name still gives a valid name
     return name or "project"
 
 

@@ -89,6 +89,11 @@ def run_init(opts: InitOptions) -> InitResult:
         image["requirements"] = found.requirements
     if found.torch_extras:
         image["torch_extras"] = sorted(set(found.torch_extras))
+    if opts.name is not None:
+        try:
+            validate_data({"version": 1, "name": opts.name})
+        except ConfigError as err:
+            raise ConfigError(f"--name: {err.message.removeprefix('name: ')}") from None
     config = validate_data({"version": 1, "name": opts.name or found.name, "image": image})
     resolved = resolve(image_request(config))
     # Pin what was resolved so a newer catalog never changes this project's image silently.

@@ -7,6 +7,7 @@ starts differs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from gpulaunch.launch import (
     RunPlan,
     base_labels,
     gpu_count,
+    mount_warnings,
     new_run_id,
     parse_env_flags,
     parse_gpus_flag,
@@ -210,10 +212,13 @@ def plan_run(
             run_env["CUDA_VISIBLE_DEVICES"] = gpus
 
     mounts = [Mount(str(project), WORKSPACE)]
-    for i, spec in enumerate(config.launch.mounts):
-        mounts.append(parse_mount(spec, project, f"launch.mounts[{i}]"))
-    for spec in opts.mounts:
-        mounts.append(parse_mount(spec, project, "--mount"))
+    user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
+    mount_notes: list[str] = []
+    for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
+        mounts.append(parse_mount(spec, project, where))
+        mount_notes += mount_warnings(mounts[-1], where)
+    if mount_notes:
+        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     mounts += _helper_mounts(bool(numa.ranks))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpulaunch.config import parse_gpus
 from gpulaunch.engine import MANAGED_LABEL, RUN_ID_LABEL
 from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import env_item, parse_gpus, single_line, split_mount
 
 WORKSPACE = "/workspace"
 HELPERS_DIR = "/opt/gpulaunch/bin"
@@ -117,20 +117,45 @@ def new_run_id() -> str:
 
 
 def parse_mount(spec: str, project: Path, where: str) -> Mount:
-    """`host:container[:ro|rw]`; the host path must exist and /workspace must stay the project."""
-    parts = spec.split(":")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-        raise ConfigError(f"{where}: {spec!r} is not host:/container[:ro]")
-    host, target = parts[0], parts[1]
-    if not target.startswith("/"):
-        raise ConfigError(f"{where}: container path {target!r} must be absolute")
+    """`host:container[:ro|rw]`; the host path must exist and /workspace must stay the project.
+
+    The resolved host path must also be printable in docker's comma-separated --mount
+    syntax, so the dry-run line and the SDK call mount the same thing.
+    """
+    try:
+        host, norm, read_only = split_mount(spec)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
     source = (project / os.path.expanduser(host)).resolve()
     if not source.exists():
         raise ConfigError(f"{where}: host path {host!r} does not exist")
-    norm = str(PurePosixPath(os.path.normpath(target)))
+    try:
+        single_line(str(source))
+    except ValueError as err:
+        raise ConfigError(f"{where}: host path {str(source)!r} {err}") from None
+    if "," in str(source) or '"' in str(source):
+        raise ConfigError(f"{where}: host path {str(source)!r} contains a comma or quote")
     if norm == WORKSPACE or WORKSPACE.startswith(norm.rstrip("/") + "/") or norm == "/":
-        raise ConfigError(f"{where}: {target!r} would hide the project mounted at {WORKSPACE}")
-    return Mount(str(source), norm, len(parts) == 3 and parts[2] == "ro")
+        raise ConfigError(f"{where}: {norm!r} would hide the project mounted at {WORKSPACE}")
+    return Mount(str(source), norm, read_only)
+
+
+def mount_warnings(mount: Mount, where: str) -> list[str]:
+    """Mounts that hand the container the host: `/`, the Docker socket, the home folder."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    if mount.source == "/":
+        what = "the host's root folder /"
+    elif mount.source in DOCKER_SOCKETS or os.path.basename(mount.source) == "docker.sock":
+        what = f"the Docker socket {mount.source} (root on the host to anyone in the container)"
+    elif mount.source == home and home != "/":
+        what = f"your home folder {home} (keys, tokens, shell history)"
+    else:
+        return []
+    mode = "read-only" if mount.read_only else "writable"
+    return [f"{where}: mounts {what} {mode} into the container"]
+
+
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 
 def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:
@@ -143,6 +168,7 @@ def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:
 
 
 def parse_gpus_flag(value: str | None, default: int | str) -> int | str:
+    """--gpus with the same rules as `launch.gpus` (one validator serves both)."""
     if value is None:
         return default
     try:
@@ -152,13 +178,16 @@ def parse_gpus_flag(value: str | None, default: int | str) -> int | str:
 
 
 def parse_env_flags(values: list[str]) -> dict[str, str]:
+    """--env KEY=VALUE with the same rules as the config's `env:` maps."""
     env: dict[str, str] = {}
     for item in values:
         key, sep, value = item.partition("=")
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_"):
-            raise ConfigError(f"--env: {item!r} is not KEY=VALUE")
-        if not all(c.isalnum() or c == "_" for c in key):
-            raise ConfigError(f"--env: {key!r} is not a valid variable name")
+        if not sep or not key:
+            raise ConfigError(f"--env: {item!r} is not NAME=VALUE")
+        try:
+            env_item(key, value)
+        except ValueError as err:
+            raise ConfigError(f"--env: {err}") from None
         env[key] = value
     return env
 

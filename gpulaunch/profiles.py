@@ -385,30 +385,66 @@ def list_profiles(config: ProjectConfig | None) -> list[tuple[str, str, str]]:
     return sorted(rows, key=lambda row: (row[0] != "default", row[0]))
 
 
-def _chain(start: _Entry, table: Mapping[str, _Entry]) -> list[_Entry]:
-    """`start` and its extends ancestors, root first. A user profile that extends its own
-    name extends the built-in of that name."""
-    builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
-    seen: list[_Entry] = []
-    current: _Entry | None = start
-    while current is not None:
-        seen.append(current)
+class _Chains:
+    """`extends` chains of one profile namespace, each link followed once (memoised).
+
+    Resolving every profile of a 2000-long chain used to walk it again per profile and
+    compare against every link seen: cubic time. Here each entry's chain is computed once
+    and reused by every profile that extends it. A user profile that extends its own name
+    extends the built-in of that name.
+    """
+
+    def __init__(self, table: Mapping[str, _Entry]) -> None:
+        self.table = table
+        self.builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+        self.checked: set[tuple[str, str]] = set()
+
+    def parent(self, current: _Entry) -> _Entry | None:
         parent_name = current.spec.extends
         if parent_name is None:
-            break
+            return None
         if parent_name == current.name and current.origin == CONFIG_ORIGIN:
-            parent = builtins.get(parent_name)
-        else:
-            parent = table.get(parent_name)
+            parent = self.builtins.get(parent_name)
+            if parent is None:
+                raise ConfigError(
+                    f"{current.path}.extends: {parent_name!r} extends itself "
+                    "(only a built-in profile of the same name may be extended this way)"
+                )
+            return parent
+        parent = self.table.get(parent_name)
         if parent is None:
             raise ConfigError(
                 f"{current.path}.extends: unknown profile {parent_name!r} "
-                f"(available: {', '.join(sorted(table))})"
+                f"(available: {', '.join(sorted(self.table))})"
             )
-        if any(p.name == parent.name and p.origin == parent.origin for p in seen):
-            raise _cycle_error(seen, parent)
-        current = parent
-    return list(reversed(seen))
+        return parent
+
+    def check(self, start: _Entry) -> None:
+        """Follow `start`'s links until a profile already checked; each link is followed once
+        over all calls."""
+        walk: list[_Entry] = []
+        on_walk: set[tuple[str, str]] = set()
+        current: _Entry | None = start
+        while current is not None:
+            ident = (current.name, current.origin)
+            if ident in self.checked:
+                break
+            if ident in on_walk:
+                raise _cycle_error(walk, current)
+            walk.append(current)
+            on_walk.add(ident)
+            current = self.parent(current)
+        self.checked.update(on_walk)
+
+    def chain(self, start: _Entry) -> list[_Entry]:
+        """`start` and its ancestors, root first."""
+        self.check(start)
+        out: list[_Entry] = []
+        current: _Entry | None = start
+        while current is not None:
+            out.append(current)
+            current = self.parent(current)
+        return list(reversed(out))
 
 
 def _cycle_error(seen: list[_Entry], again: _Entry) -> ConfigError:
@@ -533,17 +569,18 @@ def resolve_launch(
     unknown presets and impossible precision choices.
     """
     table = _namespace(config)
+    chains = _Chains(table)
     for entry in table.values():  # every profile must resolve, selected or not
-        _chain(entry, table)
+        chains.check(entry)
 
     name, flag = _select_profile(config, cli)
     if name not in table:
         raise ConfigError(
             f"{flag}: unknown profile {name!r} (available: {', '.join(sorted(table))})"
         )
-    base_chain = _chain(table["default"], table) if "default" in table else []
+    base_chain = chains.chain(table["default"]) if "default" in table else []
     base_ids = {(e.name, e.origin) for e in base_chain}
-    selected_chain = [e for e in _chain(table[name], table) if (e.name, e.origin) not in base_ids]
+    selected_chain = [e for e in chains.chain(table[name]) if (e.name, e.origin) not in base_ids]
     layers = [
         *(_profile_layer(e) for e in base_chain),
         _launch_layer(config),
@@ -644,6 +681,14 @@ def resolve_launch(
     for layer in layers:
         if layer.docker:
             _merge_docker(docker, layer.docker, layer.docker_source)
+
+    for layer in layers:  # options the user added (the built-ins are documented)
+        if layer.docker_source.startswith("built-in"):
+            continue
+        for key, what in (("cap_add", "adds capabilities"), ("devices", "passes host devices")):
+            if layer.docker.get(key):
+                items = ", ".join(str(v) for v in layer.docker[key])
+                warnings.append(f"docker.{key} in {layer.docker_source} {what}: {items}")
 
     numa = Sourced("auto", "built-in default")
     if "numa" in settings:

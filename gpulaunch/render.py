@@ -95,12 +95,17 @@ def _pyproject_dependencies(path: Path) -> list[str]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
-    deps = data.get("project", {}).get("dependencies", [])
+    table = data.get("project", {})
+    deps = table.get("dependencies", []) if isinstance(table, dict) else None
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
         raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
+    from gpulaunch.textcheck import bad_char
+
     for dep in deps:
-        if any(ord(c) < 32 for c in dep):
-            raise ConfigError(f"image.requirements: dependency {dep!r} contains control characters")
+        if bad_char(dep) is not None:
+            raise ConfigError(
+                f"image.requirements: dependency {dep!r} contains a line break or control character"
+            )
     return list(deps)
 
 

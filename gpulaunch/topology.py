@@ -97,9 +97,11 @@ class NumaPlan:
 # --------------------------------------------------------------------------- cpulists
 
 
-def parse_cpulist(text: str) -> frozenset[int]:
+def parse_cpulist(text: str, limit: int | None = None) -> frozenset[int]:
     """Parse the kernel's list format ("0-3,8-11,16"); blank means no CPUs.
 
+    `limit` (the host's possible CPU count) refuses CPU numbers at or above it before any
+    range is expanded, so "0-999999999" is an error, not a MemoryError.
     Raises ValueError (not a gpulaunch error) so config validators can wrap it.
     """
     cpus: set[int] = set()
@@ -108,15 +110,33 @@ def parse_cpulist(text: str) -> frozenset[int]:
         if not part:
             continue
         lo, sep, hi = part.partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if sep else first
-        except ValueError:
-            raise ValueError(f"invalid CPU list {text.strip()!r}: bad item {part!r}") from None
-        if first < 0 or last < first:
+        lo, hi = lo.strip(), hi.strip()
+        if not (_ascii_digits(lo) and (not sep or _ascii_digits(hi))):
+            raise ValueError(f"invalid CPU list {text.strip()!r}: bad item {part!r}")
+        first = int(lo)
+        last = int(hi) if sep else first
+        if last < first:
             raise ValueError(f"invalid CPU list {text.strip()!r}: bad range {part!r}")
+        if limit is not None and last >= limit:
+            raise ValueError(
+                f"invalid CPU list {text.strip()!r}: CPU {last} does not exist "
+                f"(this host has CPUs 0-{limit - 1})"
+            )
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
+
+
+def _ascii_digits(text: str) -> bool:
+    return bool(text) and text.isascii() and text.isdigit()
+
+
+def possible_cpus(sysfs: Path = Path("/sys/devices/system/cpu/possible")) -> int:
+    """How many CPU numbers this host can ever have (the kernel's `possible` mask)."""
+    try:
+        text = sysfs.read_text(encoding="ascii")
+        return max(parse_cpulist(text)) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:

@@ -7,6 +7,7 @@ string "2.10" because gpulaunch.yaml has no float fields and versions must not l
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,46 @@ def _loader_class() -> type:
     class _Loader(yaml.SafeLoader):
         pass
 
-    # Drop the implicit float resolver: "2.10" must not become 2.1.
+    # Drop the implicit float resolver: "2.10" must not become 2.1. Booleans follow YAML 1.2
+    # (true/false only): YAML 1.1 reads `numa: off` as False; the schema turns "yes"/"off"
+    # into booleans itself where a field is a boolean.
     _Loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
+        first: [
+            (tag, rx)
+            for tag, rx in resolvers
+            if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+        ]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+    for first in "tTfF":
+        _Loader.yaml_implicit_resolvers.setdefault(first, []).insert(0, _BOOL_1_2)
+    _Loader.construct_mapping = _construct_unique_mapping  # type: ignore[method-assign]
     return _Loader
+
+
+_BOOL_1_2 = ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"))
+
+
+def _construct_unique_mapping(self: Any, node: Any, deep: bool = False) -> Any:
+    """SafeConstructor.construct_mapping that refuses a key given twice in one mapping.
+
+    PyYAML keeps the last value silently, so a second `launch:` block would drop the first.
+    Keys brought in by a `<<` merge may be overridden (that is what merging is for).
+    """
+    import yaml
+
+    seen: dict[tuple[str, str], int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        ident = (key_node.tag, key_node.value)
+        line = key_node.start_mark.line + 1
+        if ident in seen:
+            raise ConfigError(
+                f"duplicate key {key_node.value!r} (line {seen[ident]} and line {line})"
+            )
+        seen[ident] = line
+    return yaml.SafeLoader.construct_mapping(self, node, deep=deep)
 
 
 def _expanded_size(obj: Any, memo: dict[int, int], depth: int = 0) -> int:
@@ -67,6 +102,8 @@ def parse_yaml_text(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: invalid YAML: {err}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err.message}") from None
     except RecursionError:
         raise ConfigError(f"{source}: YAML nesting is too deep") from None
     try:

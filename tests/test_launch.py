@@ -135,7 +135,7 @@ def test_parse_mount(tmp_path: Path) -> None:
 
 def test_parse_env_flags() -> None:
     assert parse_env_flags(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
-    with pytest.raises(ConfigError, match="--env: 'NOVALUE' is not KEY=VALUE"):
+    with pytest.raises(ConfigError, match="--env: 'NOVALUE' is not NAME=VALUE"):
         parse_env_flags(["NOVALUE"])
 
 

@@ -447,7 +447,7 @@ def test_docker_scalars_override_and_launch_network() -> None:
         (
             "profiles:\n  a: {extends: a}\n",
             CliOverrides(),
-            "profiles.a.extends: unknown profile 'a'",
+            "profiles.a.extends: 'a' extends itself",
         ),
         (
             "profiles:\n  default: {extends: debug}\n",
@@ -831,3 +831,41 @@ def test_data_files_ship_inside_the_package() -> None:
     assert (data / "nccl_presets.yaml").is_file()
     assert (data / "env_names.yaml").is_file()
     assert (data / "profiles" / "default.yaml").is_file()
+
+
+def test_long_extends_chain_follows_each_link_once() -> None:
+    """2000 chained profiles: every profile is checked, but each `extends` link is looked up
+    a bounded number of times (it was once per profile per link: cubic time)."""
+    from collections.abc import Iterator, Mapping
+
+    from gpulaunch.config import validate_data
+    from gpulaunch.profiles import _Chains, _namespace
+
+    n = 2000
+    profiles = {"p0": {"extends": "default"}}
+    profiles.update({f"p{i}": {"extends": f"p{i - 1}"} for i in range(1, n)})
+    config = validate_data({"name": "x", "profiles": profiles, "launch": {"profile": f"p{n - 1}"}})
+
+    class Counting(Mapping[str, Any]):
+        def __init__(self, data: Mapping[str, Any]) -> None:
+            self.data = data
+            self.lookups = 0
+
+        def __getitem__(self, key: str) -> Any:
+            self.lookups += 1
+            return self.data[key]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.data)
+
+        def __len__(self) -> int:
+            return len(self.data)
+
+    table = Counting(_namespace(config))
+    chains = _Chains(table)
+    for entry in table.data.values():
+        chains.check(entry)
+    assert table.lookups <= len(table.data) + 1
+    assert len(chains.chain(table.data[f"p{n - 1}"])) == n + 1  # p1999 ... p0, default
+    resolved = resolve_launch(config, CliOverrides())
+    assert resolved.profile == f"p{n - 1}"

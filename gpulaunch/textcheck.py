@@ -1,0 +1,128 @@
+"""Whole-string checks shared by the config schema and the command-line flags.
+
+One validator per kind of value, so a flag and the config field it overrides accept exactly
+the same strings. Every check raises ValueError (pydantic and the flag parsers wrap it with
+the field or flag name). No heavy imports: the CLI uses this before loading pydantic.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# What str.splitlines() splits on, plus every control/format-breaking category below.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+_BAD_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_GPUS = 4096  # more than any machine has; stops 10**20 reaching the engine
+
+
+def bad_char(value: str) -> str | None:
+    """The first line-breaking or control character in `value`, or None."""
+    for char in value:
+        if char in _LINE_BREAKS or unicodedata.category(char) in _BAD_CATEGORIES:
+            return char
+    return None
+
+
+def single_line(value: str) -> str:
+    """`value` unchanged, or ValueError when it has a newline, a Unicode line separator or a
+    control character (tab included): such a string can break a Dockerfile or shell line."""
+    char = bad_char(value)
+    if char is not None:
+        raise ValueError(
+            f"must be a single line without control characters (found U+{ord(char):04X})"
+        )
+    return value
+
+
+def env_key(key: str) -> str:
+    if not ENV_KEY.fullmatch(key):
+        raise ValueError(f"{key!r} is not a valid environment variable name")
+    return key
+
+
+def env_item(key: str, value: str) -> tuple[str, str]:
+    """One environment entry (config `env:` or `--env KEY=VALUE`)."""
+    env_key(key)
+    try:
+        single_line(value)
+    except ValueError as err:
+        raise ValueError(f"{key}: value {err}") from None
+    return key, value
+
+
+def ascii_int(text: str) -> int | None:
+    """int(text) for plain ASCII digits only ("٣" or "1_000" are not numbers here)."""
+    if text and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
+def split_mount(spec: str) -> tuple[str, str, bool]:
+    """`host:container[:ro|rw]` -> (host, normalised absolute container path, read_only).
+
+    The text is checked whole: no line breaks, no commas (docker's --mount is comma
+    separated, so `data:/d,source=/etc` would smuggle a second source), an empty host path
+    is refused (it would silently mount the project) and the container path must be
+    absolute with no `..`.
+    """
+    single_line(spec)
+    if "," in spec:
+        raise ValueError(f"{spec!r}: commas are not allowed in mount paths")
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"{spec!r} is not host:/container[:ro]")
+    host, target = parts[0], parts[1]
+    if not host.strip():
+        raise ValueError(f"{spec!r}: the host path is empty")
+    if not target.startswith("/"):
+        raise ValueError(f"{spec!r}: container path {target!r} must be absolute")
+    pieces = target.split("/")
+    if ".." in pieces:
+        raise ValueError(f"{spec!r}: container path {target!r} must not contain '..'")
+    norm = "/" + "/".join(p for p in pieces if p not in ("", "."))
+    return host, norm, len(parts) == 3 and parts[2] == "ro"
+
+
+def parse_gpus(value: object) -> int | str:
+    """A GPU request: a count, "all", or a comma list of distinct indices/UUIDs/bus ids.
+
+    Shared by `launch.gpus` and `--gpus`: ASCII digits only, no duplicates, at most MAX_GPUS.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be a count, 'all' or a list like '0,2'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        if value > MAX_GPUS:
+            raise ValueError(f"{value} is more GPUs than any machine has (at most {MAX_GPUS})")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a count, 'all' or a list like '0,2'")
+    single_line(value)
+    text = value.strip(" ").replace(" ", "")
+    count = ascii_int(text)
+    if count is not None:
+        return parse_gpus(count)
+    if text == "all":
+        return text
+    items = text.split(",")
+    if not all(_GPU_ID.fullmatch(item) for item in items):
+        raise ValueError(f"{value!r} is not a count, 'all' or a list like '0,2'")
+    for item in items:
+        index = ascii_int(item)
+        if index is not None and index >= MAX_GPUS:
+            raise ValueError(f"GPU index {item} is out of range (at most {MAX_GPUS - 1})")
+    normal = [str(int(i)) if i.isdigit() else i.lower() for i in items]
+    dupes = sorted({i for i in normal if normal.count(i) > 1})
+    if dupes:
+        raise ValueError(f"{value!r} names GPU {dupes[0]} twice")
+    return ",".join(items)
+
+
+_GPU_ID = re.compile(
+    r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+"
+    r"|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+)
