@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_nvml import FakeNvml, install
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +36,15 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """The shared fake pynvml (tests/fake_nvml.py) installed: two H100s, driver 550.
+
+    Change `.devices`, `.driver`, `.missing` or `.failing` in the test, or install another
+    with `fake_nvml.install(monkeypatch, FakeNvml(...))`."""
+    return install(monkeypatch, FakeNvml())
 
 
 @pytest.fixture
