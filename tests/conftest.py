@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,19 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     project.mkdir()
     monkeypatch.chdir(project)
     yield project
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path) -> Callable[[str], Path]:
+    """A fresh copy of examples/NAME: tests never run gpulaunch in the checked-in examples
+    (a run may write .gpulaunch/ there; a dry run must not, and hostile tests check that)."""
+
+    def copy(name: str) -> Path:
+        dest = tmp_path / "examples" / name
+        shutil.copytree(EXAMPLES / name, dest, symlinks=True)
+        return dest
+
+    return copy
 
 
 def snapshot(tree: Path) -> dict[str, bytes]:
