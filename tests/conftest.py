@@ -11,6 +11,8 @@ import pytest
 from fake_nvml import FakeNvml, install
 from typer.testing import CliRunner
 
+pytest_plugins = ["no_skips"]  # GPULAUNCH_NO_SKIPS=1 (set by dev/test for CI): skips fail
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
