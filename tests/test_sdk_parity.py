@@ -24,6 +24,7 @@ FLAG_TO_KWARG = {
     "--ipc": "ipc_mode",
     "--shm-size": "shm_size",
     "--ulimit": "ulimits",
+    "--stop-signal": "stop_signal",
     "--stop-timeout": "stop_timeout",
     "--network": "network_mode",
     "--hostname": "hostname",
@@ -36,7 +37,7 @@ FLAG_TO_KWARG = {
     "--env": "environment",
 }
 CLI_ONLY = {"--rm", "--detach"}  # the supervisor removes the container; detach is implied
-SDK_ONLY = {"image", "command", "stop_signal"}  # positional on the line; SIGTERM is the default
+SDK_ONLY = {"image", "command"}  # positional on the line
 FLAGS_WITHOUT_VALUE = {"--rm", "--detach", "--init"}
 
 
@@ -116,7 +117,7 @@ def test_every_flag_and_every_kwarg_correspond(gpus: int | str, ipc: str | None)
         if kwarg in sdk:
             assert flags.get(flag, []) == _sdk_value_as_flags(kwarg, sdk[kwarg]), flag
     assert positional == [sdk["image"], *sdk["command"]]
-    assert sdk["stop_signal"] == "SIGTERM"
+    assert sdk["stop_signal"] == "SIGTERM"  # not left to the image's STOPSIGNAL
 
 
 def test_the_full_plan_uses_every_flag() -> None:
