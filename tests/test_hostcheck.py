@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gpulaunch import hostcheck
 from gpulaunch.catalog import resolve
 from gpulaunch.cli import app
-from gpulaunch.config import load_config
+from gpulaunch.config import ProjectConfig, load_config
 from gpulaunch.errors import ConfigError
 from gpulaunch.render import image_request
 
@@ -26,6 +26,10 @@ CU121 = '{torch: "2.4.1", cuda: "12.1"}'  # no kernels for compute capability 10
 def _project(path: Path, image: str = CU121) -> None:
     (path / "gpulaunch.yaml").write_text(f"version: 1\nname: p\nimage: {image}\n")
     (path / "train.py").write_text("print('hi')\n")
+
+
+def _config(path: Path) -> ProjectConfig:
+    return load_config(path / "gpulaunch.yaml")
 
 
 def _dry(runner: CliRunner, *flags: str) -> tuple[int, str, str]:
@@ -53,7 +57,12 @@ def test_new_gpu_without_kernels_is_refused(
     _project(in_tmp)
     code, _, err = _dry(runner, "--gpus", "1")
     assert code == 2
-    assert "NVIDIA B200 (compute capability 10.0) is not supported by the cu121 build" in err
+    archs = " ".join(resolve(image_request(_config(in_tmp))).cuda_archs)
+    assert archs  # the message lists the build's own archs
+    assert err == (
+        "gpulaunch: error: image.cuda: NVIDIA B200 (compute capability 10.0) is not supported "
+        f"by the cu121 build (archs: {archs})\n"
+    )
 
 
 def test_matching_host_passes_and_cpu_runs_skip_the_check(
