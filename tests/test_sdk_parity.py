@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpulaunch.config import parse_gpus
-from gpulaunch.launch import Mount, RunPlan, docker_run_argv, sdk_kwargs
+from gpulaunch.launch import Mount, RunPlan, docker_run_argv, gpu_count, sdk_kwargs
 
 FLAG_TO_KWARG = {
     "--name": "name",
@@ -134,3 +134,41 @@ def test_parse_gpus_refuses_booleans(value: bool) -> None:
     """YAML `gpus: yes` is a bool, and bool is an int in Python: it must not mean 1 GPU."""
     with pytest.raises(ValueError, match="must be a count"):
         parse_gpus(value)
+
+
+def test_dry_run_json_shows_every_option_of_the_plan() -> None:
+    """`run --dry-run --json` is read by scripts: its `options` carry the plan's own values."""
+    plan = _full_plan("0,2")
+    data = plan.to_json()
+    assert data["docker_run"] == docker_run_argv(plan)
+    assert (data["image"], data["name"], data["command"]) == (plan.image, plan.name, plan.command)
+    assert data["env"] == {"A": "1", "SPACED": "a b $HOME"}
+    assert data["options"] == {
+        "user": "1000:1000",
+        "workdir": "/workspace",
+        "gpus": "0,2",
+        "ipc": None,
+        "shm_size": "16g",
+        "ulimits": plan.ulimits,
+        "init": True,
+        "stop_timeout": plan.stop_timeout,
+        "network": "none",
+        "cap_add": ["IPC_LOCK", "SYS_NICE"],
+        "devices": ["/dev/infiniband"],
+        "cpuset_cpus": "0-3",
+        "hostname": plan.hostname,
+        "extra_hosts": {plan.hostname: "127.0.0.1"},
+        "labels": plan.labels,
+        "mounts": [
+            {"source": "/src", "target": "/workspace", "read_only": False},
+            {"source": "/data", "target": "/data", "read_only": True},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("gpus", "host", "expected"),
+    [(0, 8, 0), (3, None, 3), ("all", 8, 8), ("all", None, None), ("0,2", None, 2)],
+)
+def test_gpu_count(gpus: int | str, host: int | None, expected: int | None) -> None:
+    assert gpu_count(gpus, host) == expected
