@@ -15,6 +15,28 @@ pytest_plugins = ["no_skips"]  # GPULAUNCH_NO_SKIPS=1 (set by dev/test for CI): 
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+_EXAMPLES_BEFORE = pytest.StashKey[set[str]]()
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_EXAMPLES_BEFORE] = _tree(EXAMPLES)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests run gpulaunch in copies (fixture example_copy): examples/ must not gain a path."""
+    before = session.config.stash.get(_EXAMPLES_BEFORE, None)
+    if before is None:
+        return
+    added = sorted(_tree(EXAMPLES) - before)
+    if added:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"FAILED: the tests wrote into examples/: {', '.join(added)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
