@@ -22,13 +22,20 @@ class HostGpus:
 
 
 def probe(env: Mapping[str, str]) -> HostGpus | None:
-    """Driver version and GPU names from NVML; None when NVML is absent or a fixture is used."""
-    with nvml.session(env) as lib:
-        if lib is None:
-            return None
-        driver = _text(lib.nvmlSystemGetDriverVersion())
-        handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
-        return HostGpus(driver, tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles))
+    """Driver version and GPU names from NVML; None when NVML is absent, refuses a query, or
+    a fixture is used. Bindings that lack a function raise (AttributeError), never pass."""
+    try:
+        with nvml.session(env) as lib:
+            if lib is None:
+                return None
+            driver = _text(lib.nvmlSystemGetDriverVersion())
+            count = lib.nvmlDeviceGetCount()
+            handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            return HostGpus(driver, tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles))
+    except nvml.NvmlError:
+        # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
+        # GPUs were not validated (topology discovery meets the same refusal)
+        return None
 
 
 def _text(value: object) -> str:

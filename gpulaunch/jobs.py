@@ -69,35 +69,44 @@ class LaunchPlan:
     numa: NumaPlan
     topology_source: str
     host_mode: bool = False
+    gpu_check: str = "not validated"
 
     def summary_lines(self) -> list[str]:
         lines = [f"profile: {self.launch.profile}"]
         for name, item in self.launch.settings().items():
             lines.append(f"{name}: {item.value}  ({item.source})")
         lines.append(f"topology: {self.topology_source}")
+        lines.append(f"gpus: {self.gpu_check}")
         lines += [f"numa {line}" for line in self.numa.describe()] or ["numa: no CPU binding"]
         lines += [f"note: {n}" for n in (*self.numa.notes, *self.launch.notes)]
         return lines
 
 
-def _trusted_topology(env: dict[str, str]) -> Topology | None:
-    """The engine host's topology when this machine is that host and it can be known.
+def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
+    """The engine host's topology when this machine is that host and it can be known, and
+    when it is None, why (shown by --dry-run: the GPUs were then not validated).
 
     NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
     without a driver is not trusted for validation, and a remote DOCKER_HOST is not here.
+    Only the failures a real host produces are advisory: the driver refusing a query
+    (NvmlError) and an unreadable sysfs (OSError). Anything else (bindings without a
+    function, a bug) is raised, because swallowing it would silently skip the validation.
     """
     host = env.get("DOCKER_HOST", "")
     if host and not host.startswith("unix://"):
-        return None
+        return None, f"the engine is remote (DOCKER_HOST={host})"
+    from gpulaunch.nvml import NvmlError
     from gpulaunch.topology import discover
 
     try:
         topo = discover(env)
-    except Exception:  # advisory: a broken NVML or sysfs must not stop a launch
-        return None
+    except NvmlError as err:
+        return None, f"GPU discovery failed: {err.message}"
+    except OSError as err:
+        return None, f"GPU discovery failed: cannot read {err.filename or 'sysfs'}: {err.strerror}"
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
-        return topo
-    return None
+        return topo, ""
+    return None, "no NVML (nvidia-ml-py not installed or no driver); sysfs alone is not trusted"
 
 
 def _cpuset(value: Any) -> frozenset[int] | None:
@@ -139,7 +148,7 @@ def plan_run(
     if opts.numa is not None and opts.numa not in MODES:
         raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
     environ = dict(os.environ if env is None else env)
-    topo = _trusted_topology(environ)
+    topo, untrusted_why = _trusted_topology(environ)
     host_gpus = None if topo is None else len(topo.gpus)
     gpus = parse_gpus_flag(opts.gpus, config.launch.gpus)
     if not opts.no_container:
@@ -243,7 +252,16 @@ def plan_run(
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
-    return LaunchPlan(plan, launch, numa, source, host_mode)
+    return LaunchPlan(plan, launch, numa, source, host_mode, _gpu_check(gpus, topo, untrusted_why))
+
+
+def _gpu_check(gpus: int | str, topo: Topology | None, why: str) -> str:
+    """One line for --dry-run: whether --gpus was checked against this host's GPUs."""
+    if gpus in (0, "0"):
+        return "no GPUs requested"
+    if topo is None:
+        return f"not validated: {why}"
+    return f"validated against this host's {len(topo.gpus)} GPU(s) ({topo.source})"
 
 
 def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> None:
@@ -351,6 +369,10 @@ def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, 
         for name, item in plan.launch.settings().items()
     }
     data["numa_plan"] = plan.run.numa
+    data["gpu_check"] = {
+        "validated": plan.gpu_check.startswith("validated"),
+        "detail": plan.gpu_check,
+    }
     data["warnings"] = list(plan.launch.warnings)
     data["notes"] = [*plan.numa.notes, *plan.launch.notes]
     return data

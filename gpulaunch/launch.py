@@ -223,7 +223,8 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
         argv += ["--shm-size", plan.shm_size]
     for name, limit in sorted(plan.ulimits.items()):
         argv += ["--ulimit", f"{name}={limit}"]
-    argv += ["--stop-timeout", str(plan.stop_timeout)]
+    # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
+    argv += ["--stop-signal", "SIGTERM", "--stop-timeout", str(plan.stop_timeout)]
     if plan.network:
         argv += ["--network", plan.network]
     if plan.hostname:

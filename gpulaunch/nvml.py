@@ -6,13 +6,26 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from gpulaunch.errors import GpulaunchError
+
 SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
+
+
+class NvmlError(GpulaunchError):
+    """The driver answered nvmlInit but refused a later query (NVMLError_NotSupported, ...).
+
+    Callers decide whether that is advisory (say what could not be checked) or fatal. Any
+    other exception from inside a session (an AttributeError from bindings that lack a
+    function, a bug) is not this and propagates unchanged.
+    """
 
 
 @contextlib.contextmanager
 def session(env: Mapping[str, str]) -> Iterator[Any]:
     """The initialized pynvml module, shut down afterwards; None when it is not installed,
-    no driver answers, or a sysfs fixture (GPULAUNCH_SYSFS_ROOT) replaces the machine."""
+    no driver answers, or a sysfs fixture (GPULAUNCH_SYSFS_ROOT) replaces the machine.
+
+    An NVMLError raised by a query inside the block comes out as NvmlError."""
     if env.get(SYSFS_ROOT_ENV):
         yield None
         return
@@ -26,8 +39,13 @@ def session(env: Mapping[str, str]) -> Iterator[Any]:
     except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
         yield None
         return
+    nvml_error = getattr(pynvml, "NVMLError", None)
     try:
         yield pynvml
+    except Exception as err:
+        if isinstance(nvml_error, type) and isinstance(err, nvml_error):
+            raise NvmlError(f"NVML: {err}") from err
+        raise
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +25,36 @@ import gpulaunch_precision
 """
 
 
+def tiny2_on_allowed_cpus(dest: Path) -> tuple[Path, tuple[int, int]]:
+    """The `tiny2` fixture (two GPUs, NUMA node 0 = CPU 0, node 1 = CPU 1) with its two CPUs
+    renamed to the two highest CPUs this process may run on, so the plan is runnable on any
+    machine (a CI runner's cpuset need not include CPUs 0 and 1). None when fewer than two."""
+    allowed = sorted(os.sched_getaffinity(0))
+    assert len(allowed) >= 2, f"two allowed CPUs are needed, have {allowed}"
+    cpus = (allowed[-2], allowed[-1])
+    root = dest / "tiny2-allowed"
+    shutil.copytree(FIXTURES / "tiny2", root)
+    for path in root.rglob("*"):
+        if path.is_file() and path.name in ("cpulist", "local_cpulist"):
+            old = int(path.read_text().strip())
+            path.write_text(f"{cpus[old]}\n")
+    cpu_dir = root / "devices" / "system" / "cpu"
+    for old in (0, 1):
+        (cpu_dir / f"cpu{old}").rename(cpu_dir / f"tmp{old}")
+    for old in (0, 1):
+        (cpu_dir / f"tmp{old}").rename(cpu_dir / f"cpu{cpus[old]}")
+    return root, cpus
+
+
 def plan_and_run(
-    project: Path, fixture: str, flags: list[str], timeout: int
+    project: Path, fixture: str | Path, flags: list[str], timeout: int
 ) -> tuple[dict[int, list[int]], list[dict[str, Any]]]:
-    """(planned CPUs per rank, what each rank reported) for `gpulaunch run affinity.py FLAGS`."""
+    """(planned CPUs per rank, what each rank reported) for `gpulaunch run affinity.py FLAGS`.
+
+    `fixture`: a name under tests/fixtures/sysfs or a sysfs tree's path."""
     (project / "affinity.py").write_text(AFFINITY_SCRIPT)
-    env = {**os.environ, "GPULAUNCH_SYSFS_ROOT": str(FIXTURES / fixture), "NO_COLOR": "1"}
+    root = fixture if isinstance(fixture, Path) else FIXTURES / fixture
+    env = {**os.environ, "GPULAUNCH_SYSFS_ROOT": str(root), "NO_COLOR": "1"}
     base = [sys.executable, "-m", "gpulaunch", "run", "affinity.py", *flags]
     dry = subprocess.run(
         [*base, "--dry-run", "--json"], cwd=project, env=env, capture_output=True, text=True

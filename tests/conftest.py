@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fake_nvml import FakeNvml, install
 from typer.testing import CliRunner
+
+pytest_plugins = ["no_skips"]  # GPULAUNCH_NO_SKIPS=1 (set by dev/test for CI): skips fail
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+_EXAMPLES_BEFORE = pytest.StashKey[set[str]]()
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_EXAMPLES_BEFORE] = _tree(EXAMPLES)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests run gpulaunch in copies (fixture example_copy): examples/ must not gain a path."""
+    before = session.config.stash.get(_EXAMPLES_BEFORE, None)
+    if before is None:
+        return
+    added = sorted(_tree(EXAMPLES) - before)
+    if added:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"FAILED: the tests wrote into examples/: {', '.join(added)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
@@ -38,11 +64,33 @@ def runner() -> CliRunner:
 
 
 @pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """The shared fake pynvml (tests/fake_nvml.py) installed: two H100s, driver 550.
+
+    Change `.devices`, `.driver`, `.missing` or `.failing` in the test, or install another
+    with `fake_nvml.install(monkeypatch, FakeNvml(...))`."""
+    return install(monkeypatch, FakeNvml())
+
+
+@pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     project = tmp_path / "proj"
     project.mkdir()
     monkeypatch.chdir(project)
     yield project
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path) -> Callable[[str], Path]:
+    """A fresh copy of examples/NAME: tests never run gpulaunch in the checked-in examples
+    (a run may write .gpulaunch/ there; a dry run must not, and hostile tests check that)."""
+
+    def copy(name: str) -> Path:
+        dest = tmp_path / "examples" / name
+        shutil.copytree(EXAMPLES / name, dest, symlinks=True)
+        return dest
+
+    return copy
 
 
 def snapshot(tree: Path) -> dict[str, bytes]:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import snapshot
@@ -160,13 +161,12 @@ def test_help_does_not_import_heavy_modules() -> None:
 
 @pytest.mark.parametrize("example", ["single-gpu", "cpu", "ngc"])
 def test_run_dry_run_needs_no_daemon(
-    runner: CliRunner, example: str, monkeypatch: pytest.MonkeyPatch
+    runner: CliRunner, example: str, monkeypatch: pytest.MonkeyPatch, example_copy: Any
 ) -> None:
-    from conftest import EXAMPLES
-
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    monkeypatch.chdir(EXAMPLES / example)
-    script = next(p.name for p in (EXAMPLES / example).glob("*.py"))
+    folder = example_copy(example)
+    monkeypatch.chdir(folder)
+    script = next(p.name for p in folder.glob("*.py"))
     code, out, err = invoke(runner, "run", "--dry-run", "--json", script)
     assert code == 0, err
     plan = json.loads(out)

@@ -9,7 +9,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import fake_nvml
 import pytest
+from fake_nvml import FakeNvml, install
 
 from gpulaunch.config import ProjectConfig, validate_data
 from gpulaunch.errors import ConfigError, ExitCode
@@ -754,39 +756,11 @@ def test_detect_interconnect_with_sysfs_fixture(monkeypatch: pytest.MonkeyPatch)
     assert detect_interconnect({"GPULAUNCH_SYSFS_ROOT": "/x"}) is None
 
 
-def _fake_nvml(links: dict[int, list[int]]) -> Any:
-    class _Err(Exception):
-        pass
-
-    class Fake:
-        NVML_NVLINK_MAX_LINKS = 4
-        NVML_FEATURE_ENABLED = 1
-        shut = False
-
-        @staticmethod
-        def nvmlInit() -> None:
-            return None
-
-        @staticmethod
-        def nvmlShutdown() -> None:
-            Fake.shut = True
-
-        @staticmethod
-        def nvmlDeviceGetCount() -> int:
-            return len(links)
-
-        @staticmethod
-        def nvmlDeviceGetHandleByIndex(i: int) -> int:
-            return i
-
-        @staticmethod
-        def nvmlDeviceGetNvLinkState(handle: int, link: int) -> int:
-            states = links[handle]
-            if link >= len(states):
-                raise _Err("not supported")
-            return states[link]
-
-    return Fake
+def _fake_nvml(links: dict[int, list[int]]) -> FakeNvml:
+    devices = fake_nvml.gpus(*(fake_nvml.H100 for _ in links))
+    for index, device in enumerate(devices):
+        device.nvlinks = links[index]
+    return FakeNvml(devices)
 
 
 @pytest.mark.parametrize(
@@ -801,8 +775,7 @@ def _fake_nvml(links: dict[int, list[int]]) -> Any:
 def test_detect_interconnect_with_fake_nvml(
     monkeypatch: pytest.MonkeyPatch, links: dict[int, list[int]], expected: str | None
 ) -> None:
-    fake = _fake_nvml(links)
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    fake = install(monkeypatch, _fake_nvml(links))
     assert detect_interconnect({}) == expected
     assert fake.shut
 

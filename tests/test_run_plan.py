@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from affinity_check import FIXTURES, plan_and_run
+from affinity_check import FIXTURES, plan_and_run, tiny2_on_allowed_cpus
 from conftest import EXAMPLES, REPO
 from typer.testing import CliRunner
 
 from gpulaunch.cli import app
+
+
+@pytest.fixture(autouse=True)
+def _examples_are_copies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EXAMPLES here means a fresh copy: runs and dry runs never touch the checked-in ones."""
+    copy = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, copy, symlinks=True)
+    monkeypatch.setattr(sys.modules[__name__], "EXAMPLES", copy)
 
 
 def _dry(runner: CliRunner, monkeypatch: pytest.MonkeyPatch, fixture: str, *args: str) -> dict:
@@ -117,19 +126,20 @@ def test_cpu_run_has_no_numa_plan_and_script_args_pass_through(
     assert plan["run"]["options"]["gpus"] == 0
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two allowed CPUs")
 def test_host_mode_two_ranks_follow_the_plan(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # torchrun comes with torch; .ci/run installs the CPU wheel
     project = tmp_path / "proj"
     project.mkdir()
     (project / "gpulaunch.yaml").write_text("version: 1\nname: affinity\n")
+    fixture, (cpu_a, cpu_b) = tiny2_on_allowed_cpus(tmp_path)
     planned, seen = plan_and_run(
         project,
-        "tiny2",
+        fixture,
         ["--no-container", "--gpus", "2", "--numa", "node", "--precision", "fp32"],
         timeout=300,
     )
-    assert planned == {0: [0], 1: [1]}
+    assert planned == {0: [cpu_a], 1: [cpu_b]}
     assert {r["rank"]: r["cpus"] for r in seen} == planned
     assert {r["precision"] for r in seen} == {"fp32"}
 

@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_nvml import FakeGpu, FakeNvml, install
 
 from gpulaunch import topology
 from gpulaunch.errors import TopologyError
@@ -184,62 +184,6 @@ def test_import_is_cheap() -> None:
 # --------------------------------------------------------------------------- NVML
 
 
-class FakeNvml(types.ModuleType):
-    """Just enough of pynvml: two GPUs whose bus ids are not on this host."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, *, fail_init: bool = False, as_bytes: bool = False) -> None:
-        super().__init__("pynvml")
-        self.fail_init = fail_init
-        self.as_bytes = as_bytes
-        self.calls: list[str] = []
-        self.devices = [
-            ("GPU-aaaaaaaa-0000-0000-0000-000000000000", "0000AB01:3B:00.0", 0, 0b0011),
-            ("GPU-bbbbbbbb-1111-1111-1111-111111111111", "0000AB01:AF:00.0", 1, 0b1100),
-        ]
-
-    def _s(self, value: str) -> Any:
-        return value.encode() if self.as_bytes else value
-
-    def nvmlInit(self) -> None:
-        self.calls.append("init")
-        if self.fail_init:
-            raise self.NVMLError("Driver Not Loaded")
-
-    def nvmlShutdown(self) -> None:
-        self.calls.append("shutdown")
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetUUID(self, handle: int) -> Any:
-        return self._s(self.devices[handle][0])
-
-    def nvmlDeviceGetName(self, handle: int) -> Any:
-        return self._s("NVIDIA H100 80GB HBM3")
-
-    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
-        return types.SimpleNamespace(busId=self._s(self.devices[handle][1]))
-
-    def nvmlDeviceGetNumaNodeId(self, handle: int) -> int:
-        return self.devices[handle][2]
-
-    def nvmlDeviceGetCpuAffinity(self, handle: int, words: int) -> list[int]:
-        return [self.devices[handle][3]] + [0] * (words - 1)
-
-
-@pytest.fixture
-def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-    fake = FakeNvml()
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    return fake
-
-
 def test_nvml_discovery(fake_nvml: FakeNvml) -> None:
     topo = discover({})
     assert topo.source == "nvml"
@@ -255,7 +199,7 @@ def test_nvml_discovery(fake_nvml: FakeNvml) -> None:
 
 
 def test_nvml_bytes_strings_from_old_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(as_bytes=True))
+    install(monkeypatch, FakeNvml(as_bytes=True))
     topo = discover({})
     assert topo.gpus[1].uuid == "GPU-bbbbbbbb-1111-1111-1111-111111111111"
     assert topo.gpus[1].bus_id == "ab01:af:00.0"
@@ -273,8 +217,7 @@ def test_select_by_uuid_from_nvml(fake_nvml: FakeNvml) -> None:
 
 
 def test_nvml_init_failure_falls_back_to_sysfs(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeNvml(fail_init=True)
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    fake = install(monkeypatch, FakeNvml(fail_init=True))
     topo = discover({})
     assert topo.source in ("sysfs", "none")
     assert fake.calls == ["init"]
@@ -289,8 +232,8 @@ def test_sysfs_root_skips_nvml(fake_nvml: FakeNvml) -> None:
 def test_nvml_numa_facts_come_from_sysfs_by_bus_id() -> None:
     fake = FakeNvml()
     fake.devices = [
-        ("GPU-0", "00000000:AF:00.0", 7, 0b1111),  # NVML's answers differ from sysfs'
-        ("GPU-1", "00000000:3B:00.0", 7, 0b1111),
+        FakeGpu("GPU-0", "00000000:AF:00.0", 7, 0b1111),  # NVML's answers differ from sysfs'
+        FakeGpu("GPU-1", "00000000:3B:00.0", 7, 0b1111),
     ]
     topo = topology._discover_nvml(fake, FIXTURES / "tiny2")
     assert [(g.index, g.bus_id, g.numa_node, g.local_cpus) for g in topo.gpus] == [
@@ -536,3 +479,31 @@ def test_plan_env_and_json() -> None:
 def test_numa_bind_script_ships_next_to_the_module() -> None:
     assert topology.numa_bind_script().is_file()
     assert topology.numa_bind_script().name == "numa_bind.py"
+
+
+def test_nvml_refusing_a_query_is_an_nvml_error(fake_nvml: FakeNvml) -> None:
+    """The driver refusing a required query is NvmlError (advisory for `run`), not a crash."""
+    from gpulaunch.nvml import NvmlError
+
+    fake_nvml.failing = {"nvmlDeviceGetPciInfo"}
+    with pytest.raises(NvmlError, match="Not Supported"):
+        discover({})
+    assert fake_nvml.calls == ["init", "shutdown"]
+
+
+def test_nvml_bindings_without_a_function_raise(fake_nvml: FakeNvml) -> None:
+    """Bindings lacking a required function are a bug to report, never a silent fallback."""
+    fake_nvml.missing = {"nvmlDeviceGetPciInfo"}
+    with pytest.raises(AttributeError, match="nvmlDeviceGetPciInfo"):
+        discover({})
+    assert fake_nvml.calls == ["init", "shutdown"]
+
+
+@pytest.mark.parametrize(
+    "optional", ["nvmlDeviceGetNumaNodeId", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetUUID"]
+)
+def test_nvml_optional_queries_may_fail(fake_nvml: FakeNvml, optional: str) -> None:
+    fake_nvml.failing = {optional}
+    topo = discover({})
+    assert topo.source == "nvml"
+    assert len(topo.gpus) == 2

