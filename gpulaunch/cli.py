@@ -488,7 +488,9 @@ def run(
             help="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation).",
         ),
     ] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
+    ] = None,
     mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
     network: NetworkOpt = None,
     no_container: Annotated[

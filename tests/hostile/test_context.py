@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from gpulaunch.build import context_entries, image_hash
 from gpulaunch.context import Entry, excluded, hash_entries, parse_rules, scan
 from gpulaunch.render import render_dockerignore
-from hostile.conftest import MINIMAL_CONFIG, Hostile
+from hostile.conftest import MINIMAL_CONFIG, Hostile, Outcome
 
 
 def _config(**image: str) -> str:
@@ -134,11 +136,32 @@ def test_bad_dockerignore_is_one_line(
 
 
 def test_unreadable_folder_names_the_folder(hostile: Hostile) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every folder")
+    """As root (CI), gpulaunch runs as a process without the capabilities that read anyway."""
     (hostile.project / "secret").mkdir(mode=0)
     try:
-        outcome = hostile.invoke_unchanged("build", "--dry-run")
+        if os.geteuid() == 0:
+            before = hostile.state()
+            proc = subprocess.run(
+                [
+                    "setpriv",
+                    "--inh-caps=-all",
+                    "--bounding-set=-dac_override,-dac_read_search",
+                    sys.executable,
+                    "-m",
+                    "gpulaunch",
+                    "build",
+                    "--dry-run",
+                ],
+                cwd=hostile.project,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert hostile.state() == before
+            outcome = Outcome(proc.returncode, proc.stdout, proc.stderr)
+        else:
+            outcome = hostile.invoke_unchanged("build", "--dry-run")
     finally:
         (hostile.project / "secret").chmod(0o755)
     outcome.assert_clean_error(2, "secret")
