@@ -157,7 +157,7 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
         "devices": ["/dev/infiniband"],
         "cpuset_cpus": "0-3",
         "hostname": plan.hostname,
-        "extra_hosts": {plan.hostname: "127.0.0.1"},
+        "extra_hosts": {plan.hostname: "127.0.0.1", "localhost-v4mapped": "::ffff:127.0.0.1"},
         "labels": plan.labels,
         "mounts": [
             {"source": "/src", "target": "/workspace", "read_only": False},

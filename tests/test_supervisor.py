@@ -68,6 +68,10 @@ class FakeEngine:
         self.created: list[dict[str, Any]] = []
         self.discarded: list[Any] = []
         self.leftover: Any = None
+        self.networks = {"bridge", "host", "none"}
+
+    def network_names(self) -> set[str]:
+        return set(self.networks)
 
     def create_container(self, kwargs: dict[str, Any]) -> FakeContainer:
         self.created.append(kwargs)
@@ -78,8 +82,8 @@ class FakeEngine:
     def discard(self, container: Any) -> None:
         self.discarded.append(container)
 
-    def find_leftover(self, name: str) -> Any:
-        return self.leftover
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        return self.leftover if run_id == "abc123" else None
 
 
 def _plan(stop_timeout: int = 3600) -> RunPlan:

@@ -200,7 +200,11 @@ def test_dry_run_line_and_sdk_start_the_same_container(
     assert config["WorkingDir"] == "/workspace"
     assert config["Cmd"] == ["sleep", "300"]
     assert host["NetworkMode"] == "none"
-    assert config["Hostname"] == "<hostname>" and host["ExtraHosts"] == ["<hostname>:127.0.0.1"]
+    assert config["Hostname"] == "<hostname>"
+    assert sorted(host["ExtraHosts"]) == [
+        "<hostname>:127.0.0.1",
+        "localhost-v4mapped:::ffff:127.0.0.1",
+    ]
     assert config["Labels"]["io.gpulaunch.managed"] == "true"
     assert config["Labels"]["io.gpulaunch.run-id"] == "<run-id>"
     limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"] or []}
