@@ -212,7 +212,7 @@ class DockerOptions(_Model):
     @classmethod
     def _cpuset(cls, value: str | None) -> str | None:
         if value is not None:
-            from gpulaunch.topology import parse_cpulist, possible_cpus
+            from gpulaunch.cpulist import parse_cpulist, possible_cpus
 
             parse_cpulist(value, limit=possible_cpus())
         return value

@@ -28,7 +28,7 @@ from e2e.support import (
     tiny_config,
     write_project,
 )
-from gpulaunch.build import context_entries
+from gpulaunch.image.build import context_entries
 
 pytestmark = pytest.mark.docker
 

@@ -120,7 +120,7 @@ def test_build_keeps_secrets_out_of_image_history_labels_and_log(
 
 # The build context change that keeps gpulaunch.yaml out of the image is h-writes' (it adds
 # gpulaunch/context.py); until both branches meet, this branch alone still sends the file.
-_CONTEXT_KEEPS_CONFIG = importlib.util.find_spec("gpulaunch.context") is None
+_CONTEXT_KEEPS_CONFIG = importlib.util.find_spec("gpulaunch.engine.context") is None
 
 
 @pytest.mark.docker

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpulaunch.cli import app
+from gpulaunch.cli.app import app
 
 MINIMAL_CONFIG = """\
 version: 1

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.build import context_entries, image_hash
-from gpulaunch.context import Entry, excluded, hash_entries, parse_rules, scan
-from gpulaunch.render import render_dockerignore
+from gpulaunch.engine.context import Entry, excluded, hash_entries, parse_rules, scan
+from gpulaunch.image.build import context_entries, image_hash
+from gpulaunch.image.render import render_dockerignore
 from hostile.conftest import MINIMAL_CONFIG, Hostile, Outcome
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpulaunch.engine import RUN_ID_LABEL, BuildRequest, DockerCli, Engine, _client_version
+from gpulaunch.engine.buildspec import BuildRequest, DockerCli
+from gpulaunch.engine.docker_api import RUN_ID_LABEL, Engine, _client_version
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.masking import MASK, mask, mask_data, mask_env
 from hostile.conftest import MINIMAL_CONFIG, Hostile
@@ -291,7 +292,7 @@ def test_client_version_from_dash_dash_version(text: str, version: str) -> None:
 def test_ps_off_a_terminal_neither_truncates_nor_wraps(
     hostile: Hostile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gpulaunch.cli as cli
+    import gpulaunch.cli.jobs as cli
 
     long = "gl-" + "x" * 150
     rows = [

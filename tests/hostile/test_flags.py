@@ -81,7 +81,7 @@ def test_same_env_rules_for_flag_and_config() -> None:
     """One validator: what --env refuses, `launch.env` refuses, and the reverse."""
     from gpulaunch.config import validate_data
     from gpulaunch.errors import ConfigError
-    from gpulaunch.launch import parse_env_flags
+    from gpulaunch.launch.flags import parse_env_flags
 
     samples = ["A=b", "A=b\u2028c", "A\n=b", "1A=b", "_A=tab\there", "É=b", "A=\x85", "A="]
     for item in samples:
@@ -102,7 +102,7 @@ def test_same_env_rules_for_flag_and_config() -> None:
 def test_same_gpu_rules_for_flag_and_config() -> None:
     from gpulaunch.config import validate_data
     from gpulaunch.errors import ConfigError
-    from gpulaunch.launch import parse_gpus_flag
+    from gpulaunch.launch.flags import parse_gpus_flag
 
     for text in ["0", "2", "all", "0,2", "0,0", "٣", "GPU-abc", "1,01", "4096", "4097", " 1 "]:
         try:
@@ -160,7 +160,7 @@ def test_outside_errors_map_to_one_line(
     hostile: Hostile, monkeypatch: pytest.MonkeyPatch, error: Exception, code: int, text: str
 ) -> None:
     """OS and engine errors (recognised without importing docker) are not internal errors."""
-    import gpulaunch.cli as cli
+    import gpulaunch.cli.jobs as cli
 
     def boom() -> None:
         raise error
@@ -175,7 +175,7 @@ def test_requests_errors_are_engine_errors(
     hostile: Hostile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     requests = pytest.importorskip("requests")
-    import gpulaunch.cli as cli
+    import gpulaunch.cli.jobs as cli
 
     def boom() -> None:
         raise requests.exceptions.ConnectionError("Connection aborted")
@@ -232,7 +232,7 @@ def test_init_in_a_folder_with_a_very_long_name(
 ) -> None:
     from typer.testing import CliRunner
 
-    from gpulaunch.cli import app
+    from gpulaunch.cli.app import app
     from gpulaunch.config import load_config
 
     folder = tmp_path / ("Very Long Project " * 8)  # 144 characters

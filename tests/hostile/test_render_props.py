@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from gpulaunch.config import validate_data  # noqa: E402
 from gpulaunch.errors import ConfigError  # noqa: E402
-from gpulaunch.render import plan_image, render_dockerfile  # noqa: E402
+from gpulaunch.image.render import plan_image, render_dockerfile  # noqa: E402
 
 PLAIN: dict[str, Any] = {
     "version": 1,
@@ -200,7 +200,7 @@ MOUNT_TEXT = st.lists(
 @example(host="data", target="/a/../workspace", mode=":ro")
 def test_dry_run_mount_and_sdk_call_agree(project: Path, host: str, target: str, mode: str) -> None:
     """Whatever parses prints a --mount that docker reads back as the same bind mount."""
-    from gpulaunch.launch import parse_mount
+    from gpulaunch.launch.flags import parse_mount
 
     (project / "data").mkdir(exist_ok=True)
     spec = f"{host}:{target}{mode}"

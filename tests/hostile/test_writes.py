@@ -257,8 +257,8 @@ class _FakeEngine:
 
 @pytest.mark.parametrize("link", [".gpulaunch", ".gpulaunch/logs"])
 def test_build_log_refuses_linked_state_folder(hostile: Hostile, link: str) -> None:
-    from gpulaunch.build import BuildOptions, run_build
     from gpulaunch.config import load_config
+    from gpulaunch.image.build import BuildOptions, run_build
 
     if "/" in link:
         (hostile.project / ".gpulaunch").mkdir()
@@ -274,8 +274,8 @@ def test_build_log_refuses_linked_state_folder(hostile: Hostile, link: str) -> N
 
 def test_build_sends_no_planted_dockerfile_name(hostile: Hostile) -> None:
     """The classic builder writes no `.gpulaunch-Dockerfile` into the project any more."""
-    from gpulaunch.build import BuildOptions, run_build
     from gpulaunch.config import load_config
+    from gpulaunch.image.build import BuildOptions, run_build
 
     victim = _plant_file_link(hostile, ".gpulaunch-Dockerfile")
     engine = _FakeEngine()

@@ -1,0 +1,15 @@
+"""The command line: the typer app (`app.py`: error mapping and shared options) and the
+commands grouped by topic (`image.py`: init / render / versions / schema / build;
+`jobs.py`: run / ps / logs / stop; `profiles.py`). Views (`views.py`) turn results into
+rich tables.
+
+The only layer that may import typer, print or exit. Each command parses its flags, calls
+one core function from `image`, `launch` or `engine`, and prints; every domain error is
+mapped to its exit code in `app.handle_errors`. A new command goes into the module of its
+topic (or a new one beside them), registered by the import below.
+"""
+
+from gpulaunch.cli import image, jobs, profiles  # noqa: F401 - registers the commands
+from gpulaunch.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,242 @@
+"""Commands about the image: init, render, versions, schema, build.
+
+Each parses its flags, calls one core function and prints the result; heavy modules are
+imported inside the command so `gpulaunch --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpulaunch.cli.app import (
+    ConfigOpt,
+    NetworkOpt,
+    _check_network,
+    _engine,
+    _err,
+    _load,
+    app,
+    handle_errors,
+)
+from gpulaunch.errors import ConfigError
+
+
+def _ask(opts: Any) -> None:
+    """The init prompts (a TTY only): each answer fills one choice of the init options."""
+    from rich.prompt import Prompt
+
+    opts.torch = Prompt.ask("PyTorch version (or none)", default=opts.torch or "latest")
+    if opts.torch == "latest":
+        opts.torch = None
+    opts.cuda = Prompt.ask("CUDA (x.y, cpu, or auto)", default=opts.cuda or "auto")
+    if opts.cuda == "auto":
+        opts.cuda = None
+    opts.python = Prompt.ask("Python (x.y or auto)", default=opts.python or "auto")
+    if opts.python == "auto":
+        opts.python = None
+    opts.flavor = Prompt.ask(
+        "Image flavor", choices=["runtime", "devel", "ngc", "cpu"], default=opts.flavor or "runtime"
+    )
+
+
+@app.command()
+@handle_errors
+def init(
+    directory: Annotated[Path, typer.Argument(help="Project folder.")] = Path("."),
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="No prompts; use flags/detection.")
+    ] = False,
+    torch: Annotated[str | None, typer.Option(help='PyTorch version, or "none".')] = None,
+    cuda: Annotated[str | None, typer.Option(help='CUDA version like "12.4", or "cpu".')] = None,
+    python: Annotated[str | None, typer.Option(help='Python version like "3.11".')] = None,
+    flavor: Annotated[
+        str | None, typer.Option(help="runtime | devel | ngc | cpu (default: runtime).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Image name (default: folder name).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing gpulaunch.yaml.")] = False,
+) -> None:
+    """Write a validated gpulaunch.yaml (and a .dockerignore) for a project."""
+    from gpulaunch.image.init import InitOptions, run_init
+
+    interactive = not yes
+    if interactive and not sys.stdin.isatty():
+        raise ConfigError("init: stdin is not a terminal; pass --yes (with --torch/--cuda/...)")
+    result = run_init(
+        InitOptions(
+            directory=directory,
+            torch=torch,
+            cuda=cuda,
+            python=python,
+            flavor=flavor,
+            name=name,
+            force=force,
+            ask=_ask if interactive else None,
+        )
+    )
+    for note in result.notes:
+        _err(note)
+    typer.echo(f"wrote {result.config_path}")
+    if result.dockerignore_written:
+        typer.echo(f"wrote {result.dockerignore_path}")
+    typer.echo(f"image: {result.summary}")
+
+
+@app.command()
+@handle_errors
+def render(
+    config: ConfigOpt = None,
+    output: Annotated[
+        str,
+        typer.Option("--output", "-o", help="File to write; -, /dev/stdout or /dev/fd/1: stdout."),
+    ] = "-",
+    builder: Annotated[
+        str | None,
+        typer.Option(help="buildkit or classic (default: what `build` would use)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing output file.")] = False,
+) -> None:
+    """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.fsio import is_stdout, write_file
+    from gpulaunch.image.render import plan_image, render_dockerfile
+
+    kind = _builder_choice(builder)
+    cfg, project = _load(config)
+    plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
+    text = render_dockerfile(plan)
+    for warning in plan.resolved.warnings:
+        _err(f"warning: {warning}")
+    if is_stdout(output):
+        typer.echo(text, nl=False)
+    else:
+        target = Path(output).absolute()
+        # inside the project every folder on the way is checked too (a planted link)
+        inside = target.is_relative_to(project) and target != project
+        write_file(target, text, force=force, root=project if inside else None)
+        _err(f"wrote {output}")
+
+
+def _builder_choice(builder: str | None) -> str:
+    """--builder, else the builder `build` will use: decided from the docker client binary
+    alone, so render, dry runs and the real build agree whether or not a daemon answers."""
+    if builder not in (None, "buildkit", "classic"):
+        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    if builder is not None:
+        return builder
+    from gpulaunch.engine.docker_api import Engine
+
+    return Engine().builder_kind()
+
+
+@app.command()
+@handle_errors
+def versions(
+    torch: Annotated[str | None, typer.Option(help="Only this PyTorch version.")] = None,
+    cuda: Annotated[str | None, typer.Option(help="Only this CUDA version.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show the catalog: valid torch / CUDA / Python / driver combinations."""
+    from gpulaunch.cli.views import matrix_json, matrix_table
+
+    if as_json:
+        typer.echo(json.dumps(matrix_json(torch, cuda), indent=2))
+    else:
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 160).print(matrix_table(torch, cuda))
+
+
+@app.command()
+@handle_errors
+def schema() -> None:
+    """Print the JSON Schema of gpulaunch.yaml (for editors)."""
+    from gpulaunch.config import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+def _build_with_progress(cfg: Any, project: Path, opts: Any) -> Any:
+    """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr."""
+    from rich.console import Console
+
+    from gpulaunch.errors import BuildError
+    from gpulaunch.image.build import run_build
+
+    console = Console(stderr=True)
+    engine = _engine()
+    with console.status("building…") as status:
+
+        def on_progress(progress: Any) -> None:
+            status.update(
+                f"step {progress.step}/{progress.total}: {progress.current[:90]} "
+                f"({progress.elapsed:.0f}s)"
+            )
+
+        try:
+            outcome = run_build(cfg, project, engine, opts, on_progress)
+        except BuildError as err:
+            if err.log_tail:
+                console.print(err.log_tail, markup=False, highlight=False, soft_wrap=True)
+            raise
+    if outcome.cached:
+        _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
+    else:
+        _err(f"built {outcome.tag} with {outcome.builder}; log: {outcome.log_path}")
+    return outcome
+
+
+@app.command()
+@handle_errors
+def build(
+    config: ConfigOpt = None,
+    network: NetworkOpt = None,
+    rebuild: Annotated[bool, typer.Option(help="Build even if the tag exists.")] = False,
+    no_cache: Annotated[bool, typer.Option(help="Build without the layer cache.")] = False,
+    builder: Annotated[
+        str | None, typer.Option(help="buildkit | classic (default: what the engine offers).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the docker build command; no daemon.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+) -> None:
+    """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
+    from gpulaunch.engine.docker_api import Engine
+    from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
+
+    _check_network(network)
+    kind = _builder_choice(builder)
+    cfg, project = _load(config)
+    opts = BuildOptions(
+        network=network,
+        rebuild=rebuild,
+        no_cache=no_cache,
+        builder=kind,  # type: ignore[arg-type]
+        config_file=config,
+    )
+    if dry_run:
+        cli = Engine().docker_cli() if kind == "buildkit" else None
+        prepared = prepare_build(cfg, project, kind, opts)  # type: ignore[arg-type]
+        if as_json:
+            from gpulaunch.masking import mask_data
+
+            data = {
+                "tag": prepared.tag,
+                "tags": list(prepared.request.tags),
+                "builder": kind,
+                "build_args": prepared.request.build_args,
+                "network": prepared.request.network,
+                "argv": dry_run_argv(prepared, cli),
+                "context": [e.rel for e in prepared.request.entries],
+                "dockerfile": prepared.dockerfile,
+            }
+            typer.echo(json.dumps(mask_data(data), indent=2))
+        else:
+            typer.echo(dry_run_text(prepared, cli), nl=False)
+        return
+    outcome = _build_with_progress(cfg, project, opts)
+    typer.echo(outcome.tag)

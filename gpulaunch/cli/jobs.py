@@ -1,0 +1,305 @@
+"""Commands about jobs: run (in a container or on the host), ps, logs, stop."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperCommand
+
+from gpulaunch.cli.app import (
+    ConfigOpt,
+    NetworkOpt,
+    _check_network,
+    _check_single_line,
+    _engine,
+    _err,
+    _load,
+    app,
+    handle_errors,
+)
+from gpulaunch.cli.image import _build_with_progress, _builder_choice
+from gpulaunch.errors import ConfigError
+
+AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+
+class _RunCommand(TyperCommand):
+    """Keeps what follows the first `--` out of click's parser, verbatim.
+
+    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
+    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@handle_errors
+def run(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
+    ] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    config: ConfigOpt = None,
+    gpus: Annotated[
+        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+    ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
+    ] = None,
+    nccl: Annotated[
+        str | None,
+        typer.Option(help="NCCL preset: auto, nvlink, pcie, ib-gdr, tcp, debug, safe, none."),
+    ] = None,
+    nccl_ifname: Annotated[
+        str | None, typer.Option(help="Network interface(s) for NCCL/gloo sockets (tcp).")
+    ] = None,
+    numa: Annotated[
+        str | None, typer.Option(help="NUMA binding per rank: auto, node, socket, off.")
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, tf32, fp16 or bf16 (sets the env contract).")
+    ] = None,
+    expandable_segments: Annotated[
+        bool | None,
+        typer.Option(
+            "--expandable-segments/--no-expandable-segments",
+            help="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation).",
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
+    ] = None,
+    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    network: NetworkOpt = None,
+    no_container: Annotated[
+        bool,
+        typer.Option("--no-container", help="Apply the same launch plan on this machine."),
+    ] = False,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
+    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan and docker commands; no daemon.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+) -> None:
+    """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
+
+    gpulaunch options may come before or after SCRIPT; options the script shares with
+    gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
+    Any other command: gpulaunch run -- python -m my.module --flag
+    """
+    from gpulaunch.engine.buildspec import Builder
+    from gpulaunch.engine.docker_api import Engine
+    from gpulaunch.engine.runspec import shell_line
+    from gpulaunch.image.build import BuildOptions, prepare_build
+    from gpulaunch.launch.plan import RunOptions, plan_run, write_run_files
+
+    _check_network(network)
+    _check_single_line(
+        {
+            "--gpus": gpus,
+            "--profile": profile,
+            "--nccl": nccl,
+            "--nccl-ifname": nccl_ifname,
+            "--numa": numa,
+            "--precision": precision,
+        }
+    )
+    if detach and no_container:
+        raise ConfigError("--detach: not available with --no-container")
+    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
+    rest = list(args or [])
+    command: list[str] = []
+    if script is None and tail is not None:
+        command = list(tail)  # `run -- CMD ...`: a raw command, never re-read as SCRIPT
+        if not command:
+            raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
+    elif tail is not None:
+        rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
+    cfg, project = _load(config)
+    opts = RunOptions(
+        script=script,
+        args=rest,
+        command=command,
+        gpus=gpus,
+        nproc=nproc,
+        env=list(env or []),
+        mounts=list(mount or []),
+        network=network,
+        detach=detach,
+        profile=profile,
+        nccl=nccl,
+        nccl_ifname=nccl_ifname,
+        numa=numa,
+        precision=precision,
+        expandable_segments=expandable_segments,
+        no_container=no_container,
+    )
+    cwd = Path.cwd()
+    if no_container:
+        plan = plan_run(cfg, project, cwd, opts, "(host)")
+        _print_warnings(plan)
+        if dry_run:
+            _print_dry_run(plan, None, None, as_json)
+            return
+        from gpulaunch.engine.host import run_on_host
+
+        write_run_files(plan, project)
+
+        _err(f"running on this host: {shell_line(plan.run.command)}")
+        code = run_on_host(plan.run, cwd)
+        if code:
+            _err(f"gpulaunch: job exited with {code}")
+        raise typer.Exit(code)
+    if dry_run:
+        kind: Builder = _builder_choice(None)  # type: ignore[assignment]
+        cli = Engine().docker_cli() if kind == "buildkit" else None
+        prepared = prepare_build(cfg, project, kind, BuildOptions(builder=kind, config_file=config))
+        plan = plan_run(cfg, project, cwd, opts, prepared.tag)
+        _print_warnings(plan)
+        _print_dry_run(plan, prepared, cli, as_json, detach)
+        return
+    plan = plan_run(cfg, project, cwd, opts, "(pending)")  # validate flags before building
+    _print_warnings(plan)
+    outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild, config_file=config))
+    plan.run.image = outcome.tag
+    write_run_files(plan, project)
+    engine = _engine()
+    from gpulaunch.engine.supervise import start, supervise
+
+    if detach:
+        container = start(engine, plan.run, _err)
+        typer.echo(container.name)
+        return
+    _err(f"running {plan.run.name}: {shell_line(plan.run.command)}")
+    code = supervise(engine, plan.run, out=sys.stdout.buffer, err=sys.stderr.buffer, warn=_err)
+    if code:
+        _err(f"gpulaunch: job exited with {code}")
+    raise typer.Exit(code)
+
+
+def _print_warnings(plan: Any) -> None:
+    for warning in plan.launch.warnings:
+        _err(f"warning: {warning}")
+
+
+def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
+    from gpulaunch.engine.runspec import docker_run_argv, shell_line
+    from gpulaunch.image.build import dry_run_text
+    from gpulaunch.launch.plan import dry_run_json
+    from gpulaunch.masking import mask, mask_data, mask_env
+
+    if as_json:
+        typer.echo(json.dumps(mask_data(dry_run_json(prepared, plan)), indent=2))
+        return
+    for line in plan.summary_lines():
+        typer.echo(mask(f"# {line}"))
+    typer.echo("# env:")
+    shown = mask_env({k: str(item.value) for k, item in plan.launch.env.items()})
+    for key, item in sorted(plan.launch.env.items()):
+        typer.echo(f"#   {key}={shown[key]}  ({item.source})")
+    if prepared is None:
+        typer.echo("# command (host)")
+        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
+        typer.echo(mask(shell_line(["env", *env_args, *plan.run.command])))
+        return
+    typer.echo("# build (skipped when the tag exists)")
+    typer.echo(dry_run_text(prepared, cli), nl=False)
+    typer.echo("# run")
+    run_argv = docker_run_argv(plan.run, detach=detach)
+    typer.echo(mask(shell_line([mask(a) if a.count("=") else a for a in run_argv])))
+
+
+@app.command()
+@handle_errors
+def ps(
+    all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List containers started by `gpulaunch run` (by their run-id label)."""
+    rows = []
+    for container in _engine().list_managed(all_states):
+        labels = container.labels or {}
+        tags = container.image.tags if container.image else []
+        rows.append(
+            {
+                "name": container.name,
+                "id": container.short_id,
+                "run_id": labels.get("io.gpulaunch.run-id", ""),
+                "project": labels.get("io.gpulaunch.project", ""),
+                "status": container.status,
+                "image": tags[0] if tags else "",
+            }
+        )
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
+    for row in rows:
+        table.add_row(row["name"], row["project"], row["status"], row["image"])
+    # Off a terminal nothing may be cut or wrapped: scripts read these names.
+    wide = not sys.stdout.isatty()
+    for column in table.columns:
+        column.no_wrap = wide
+        column.overflow = "ignore" if wide else "ellipsis"
+    Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+
+
+def _check_ident(ident: str) -> None:
+    """A container name or id: non-empty, one line, docker's name characters."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}", ident):
+        raise ConfigError(f"ID: {ident!r} is not a container name or id")
+
+
+@app.command()
+@handle_errors
+def logs(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
+) -> None:
+    """Show the output of a gpulaunch container."""
+    _check_ident(ident)
+    container = _engine().get_managed(ident)
+    if follow:
+        for chunk in container.logs(stream=True, follow=True):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+    else:
+        sys.stdout.buffer.write(container.logs())
+
+
+@app.command()
+@handle_errors
+def stop(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
+    timeout: Annotated[
+        int, typer.Option(help="Seconds before SIGKILL (0-86400).", min=0, max=86400)
+    ] = 45,
+) -> None:
+    """Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container."""
+    _check_ident(ident)
+    engine = _engine()
+    container = engine.get_managed(ident)
+    container.stop(timeout=timeout)
+    engine.discard(container)
+    typer.echo(f"stopped {container.name}")

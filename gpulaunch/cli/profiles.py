@@ -1,0 +1,88 @@
+"""`gpulaunch profiles` (list) and `gpulaunch profiles show NAME`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpulaunch.cli.app import ConfigOpt, _err, app, handle_errors
+
+profiles_app = typer.Typer(
+    help="Launch profiles: list them, or show one resolved with the source of each value.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+app.add_typer(profiles_app, name="profiles")
+
+
+def _optional_config(config: Path | None) -> Any:
+    from gpulaunch.config import CONFIG_NAME, load_config
+
+    path = config or Path.cwd() / CONFIG_NAME
+    if config is None and not path.exists():
+        return None
+    return load_config(path)
+
+
+@profiles_app.callback()
+@handle_errors
+def profiles_list(ctx: typer.Context, config: ConfigOpt = None) -> None:
+    """List built-in profiles and those in gpulaunch.yaml."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpulaunch.launch.profiles import list_profiles
+
+    table = Table("PROFILE", "FROM", "DESCRIPTION", box=None)
+    for name, origin, description in list_profiles(_optional_config(config)):
+        table.add_row(name, origin, description)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@profiles_app.command("show")
+@handle_errors
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="Profile name.")],
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show a profile resolved: env and docker options, and where each value came from."""
+    from gpulaunch.config import validate_data
+    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+
+    cfg = _optional_config(config) or validate_data({"name": "none"})
+    resolved = resolve_launch(cfg, CliOverrides(profile=name))
+    settings = {
+        key: {"value": item.value, "source": item.source}
+        for key, item in resolved.settings().items()
+    }
+    env = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.env.items())}
+    docker = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.docker.items())}
+    if as_json:
+        data = {
+            "profile": resolved.profile,
+            "settings": settings,
+            "env": env,
+            "docker": docker,
+            "warnings": list(resolved.warnings),
+            "notes": list(resolved.notes),
+        }
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    typer.echo(f"profile {resolved.profile}")
+    for section, values in (("settings", settings), ("env", env), ("docker", docker)):
+        typer.echo(f"{section}:")
+        for key, item in values.items():
+            typer.echo(f"  {key} = {item['value']}    # {item['source']}")
+    for warning in resolved.warnings:
+        _err(f"warning: {warning}")
+    for note in resolved.notes:
+        typer.echo(f"note: {note}")

@@ -1,0 +1,67 @@
+"""`gpulaunch versions`: the catalog matrix as a rich table or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch.errors import CatalogError
+from gpulaunch.image.compat import matrix
+from gpulaunch.image.request import ImageRequest, MatrixRow
+from gpulaunch.image.resolver import resolve
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _rows(torch: str | None, cuda: str | None) -> list[MatrixRow]:
+    """Filtered rows; an empty filter result is explained by the resolver's own error."""
+    rows = matrix(torch, cuda)
+    if not rows:
+        if torch and cuda:
+            resolve(ImageRequest(torch=torch, cuda=cuda))  # raises with alternatives
+        what = " and ".join(f"{k} {v}" for k, v in (("torch", torch), ("cuda", cuda)) if v)
+        raise CatalogError(f"versions: nothing in the catalog matches {what}")
+    return rows
+
+
+def matrix_json(torch: str | None, cuda: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for row in _rows(torch, cuda):
+        data = dataclasses.asdict(row)
+        data["archs"] = list(row.archs)
+        data["index_url"] = f"https://download.pytorch.org/whl/{row.variant}"
+        rows.append(data)
+    return rows
+
+
+def matrix_table(torch: str | None, cuda: str | None) -> Table:
+    from rich.table import Table
+
+    table = Table(title="PyTorch wheels x CUDA images (gpulaunch catalog)")
+    for column in (
+        "torch",
+        "wheel",
+        "CUDA image",
+        "python",
+        "vision",
+        "audio",
+        "min driver",
+        "GPU archs",
+        "status",
+    ):
+        table.add_column(column, no_wrap=column in ("torch", "wheel", "CUDA image"))
+    for row in _rows(torch, cuda):
+        status = row.status if row.confidence == "high" else f"{row.status} ({row.confidence})"
+        table.add_row(
+            row.torch,
+            row.variant,
+            row.image,
+            row.python_range,
+            row.torchvision or "-",
+            row.torchaudio or "-",
+            row.min_driver or "-",
+            f"{row.archs[0]}…{row.archs[-1]}" if row.archs else "-",
+            status,
+        )
+    return table

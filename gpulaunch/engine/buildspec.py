@@ -1,0 +1,108 @@
+"""What a build hands the engine: the request (Dockerfile, exact context entries, build args,
+secrets), the docker CLI argv for BuildKit, build secrets as private files, and SIGTERM
+turned into an exception so temp files and the docker child are always cleaned up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpulaunch.engine.context import Entry
+from gpulaunch.errors import (
+    ExitCode,
+    GpulaunchError,
+)
+
+Builder = Literal["buildkit", "classic"]
+CLASSIC_DOCKERFILE = ".gpulaunch-build.Dockerfile"  # only inside the context tar we send
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    dockerfile: str  # rendered text
+    context: Path
+    tags: tuple[str, ...]
+    build_args: dict[str, str] = field(default_factory=dict)
+    network: str = "default"  # default | host | none
+    no_cache: bool = False
+    # BuildKit secret id -> value (index credentials); passed as files, never as args.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    labels: dict[str, str] = field(default_factory=dict)
+    # exactly what the engine receives (hashed into the tag; see gpulaunch.engine.context)
+    entries: tuple[Entry, ...] = ()
+    ignore_rules: tuple[str, ...] = ()  # the effective .dockerignore (shown, not sent)
+
+
+@dataclass(frozen=True)
+class DockerCli:
+    """A docker client binary and how it reaches BuildKit."""
+
+    path: str
+    mode: Literal["buildx", "env"]  # `docker buildx build` or DOCKER_BUILDKIT=1 docker build
+
+    def build_argv(
+        self, req: BuildRequest, dockerfile_path: Path, context: Path | None = None
+    ) -> list[str]:
+        argv = (
+            [self.path, "buildx", "build", "--load"]
+            if self.mode == "buildx"
+            else [
+                self.path,
+                "build",
+            ]
+        )
+        argv += ["--progress=plain", "-f", str(dockerfile_path)]
+        for tag in req.tags:
+            argv += ["-t", tag]
+        for key, value in sorted(req.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(req.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        if req.network != "default":
+            argv += ["--network", req.network]
+        if req.no_cache:
+            argv.append("--no-cache")
+        for sid in sorted(req.secrets):  # files in the private build temp dir
+            argv += ["--secret", f"id={sid},src={dockerfile_path.parent / sid}"]
+        argv.append(str(context or req.context))
+        return argv
+
+
+class BuildTerminated(GpulaunchError):
+    """SIGTERM arrived during a build; the docker child and temp files were cleaned up."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into an exception while building so `finally` blocks run (temp files
+    removed, the docker child terminated). Only the main thread may install handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise BuildTerminated("build stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> None:
+    """One 0600 file per BuildKit secret in the private (0700) build temp folder."""
+    for sid, value in secrets.items():
+        fd = os.open(folder / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value)

@@ -1,0 +1,484 @@
+"""The only place that talks to Docker: the docker SDK plus the docker CLI for BuildKit builds.
+
+Tests fake this seam (or run it against a real engine, marker `docker`). It honours
+DOCKER_HOST and, when that is unset, the endpoint of the active docker context. Connecting
+and the first ping time out after a few seconds, so a hung engine is a quick exit 3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.engine.buildspec import (
+    CLASSIC_DOCKERFILE,
+    Builder,
+    BuildRequest,
+    DockerCli,
+    _sigterm_raises,
+    _write_secrets,
+)
+from gpulaunch.engine.context import mirror, write_tar
+from gpulaunch.errors import (
+    BuildError,
+    ConfigError,
+    EngineError,
+    RlimitRefused,
+)
+
+MANAGED_LABEL = "io.gpulaunch.managed"
+RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
+API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
+CLI_PROBE_TIMEOUT_S = 10
+_RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
+_RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
+NVIDIA_MISSING_HINT = (
+    "install the NVIDIA Container Toolkit (nvidia-container-toolkit) and restart dockerd, "
+    "or run on the CPU with --gpus 0"
+)
+
+
+def _context_host(env: Mapping[str, str]) -> str | None:
+    """Endpoint of the active docker context (`docker context use`), if not the default."""
+    config_dir = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    name = env.get("DOCKER_CONTEXT")
+    if not name:
+        try:
+            name = json.loads((config_dir / "config.json").read_text()).get("currentContext")
+        except (OSError, ValueError):
+            return None
+    if not name or name == "default":
+        return None
+    meta = config_dir / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
+    try:
+        data = json.loads((meta / "meta.json").read_text())
+        host = data["Endpoints"]["docker"]["Host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise EngineError(f"docker context {name!r}: cannot read its endpoint") from None
+    return str(host)
+
+
+class Engine:
+    """Docker seam. Construct cheaply; connects on first use."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self._client: Any = None
+        self._cli: DockerCli | bool | None = False  # False = not probed yet
+
+    # -- connection -------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return (
+            self.env.get("DOCKER_HOST") or _context_host(self.env) or "unix:///var/run/docker.sock"
+        )
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+            import requests
+            from docker.errors import DockerException
+
+            client = None
+            try:
+                client = docker.DockerClient(base_url=self.host, timeout=PING_TIMEOUT_S)
+                client.ping()
+            except (DockerException, requests.RequestException) as err:
+                if client is not None:
+                    client.close()
+                timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
+                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else _short(err)
+                raise EngineError(
+                    f"cannot reach the Docker engine at {self.host}: {reason}",
+                    hint="start dockerd, or set DOCKER_HOST to a running engine",
+                ) from None
+            client.api.timeout = API_TIMEOUT_S
+            self._client = client
+        return self._client
+
+    def network_names(self) -> set[str]:
+        """Networks the engine has (one cheap API call; used on real runs only)."""
+        from docker.errors import DockerException
+
+        try:
+            return {str(n.name) for n in self.client().networks.list()}
+        except DockerException as err:
+            raise EngineError(f"cannot list the engine's networks: {_short(err)}") from None
+
+    # -- builders ---------------------------------------------------------------------
+    def docker_cli(self) -> DockerCli | None:
+        """A docker CLI that can build with BuildKit, or None (then the SDK's classic builder)."""
+        if self._cli is False:
+            self._cli = self._probe_cli()
+        return self._cli if isinstance(self._cli, DockerCli) else None
+
+    def _probe_cli(self) -> DockerCli | None:
+        if self.env.get("GPULAUNCH_BUILDER") == "classic":
+            return None
+        candidates: list[str] = []
+        explicit = self.env.get("GPULAUNCH_DOCKER_CLI")
+        if explicit:
+            candidates.append(explicit)
+        for directory in self.env.get("PATH", os.defpath).split(os.pathsep):
+            found = Path(directory) / "docker"
+            if _is_executable(found) and str(found) not in candidates:
+                candidates.append(str(found))
+        for path in candidates:
+            if self._cli_ok(path, ["buildx", "version"]):
+                return DockerCli(path, "buildx")
+            # `docker --version` is the client alone: the answer must not depend on whether
+            # a daemon answered (dry-run and the real build pick the same builder and tag).
+            version = self._cli_output(path, ["--version"])
+            if version and _major(_client_version(version)) < 23:
+                # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
+                return DockerCli(path, "env")
+        return None
+
+    def _cli_env(self) -> dict[str, str]:
+        env = dict(self.env)
+        env.setdefault("DOCKER_HOST", self.host)
+        env["DOCKER_BUILDKIT"] = "1"
+        return env
+
+    def _probe_env(self) -> dict[str, str]:
+        """Probing needs no daemon (dry-run asks none), but Debian's docker 20.10 CLI dials
+        the engine even for `--version` and waits for ever on a hung one: point it at a
+        socket that cannot exist so it fails at once and still reports itself."""
+        env = {k: v for k, v in self._cli_env().items() if k != "DOCKER_CONTEXT"}
+        env["DOCKER_HOST"] = "unix:///nonexistent/gpulaunch-probe.sock"
+        return env
+
+    def _cli_ok(self, path: str, args: list[str]) -> bool:
+        return self._cli_output(path, args) is not None
+
+    def _cli_output(self, path: str, args: list[str]) -> str | None:
+        try:
+            proc = subprocess.run(
+                [path, *args],
+                capture_output=True,
+                text=True,
+                timeout=CLI_PROBE_TIMEOUT_S,
+                env=self._probe_env(),
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def builder_kind(self) -> Builder:
+        return "buildkit" if self.docker_cli() is not None else "classic"
+
+    # -- images -----------------------------------------------------------------------
+    def image_exists(self, ref: str) -> bool:
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            self.client().images.get(ref)
+        except ImageNotFound:
+            return False
+        except DockerException as err:
+            raise EngineError(f"image {ref}: {_short(err)}") from None
+        return True
+
+    def image_id(self, ref: str) -> str | None:
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            return str(self.client().images.get(ref).id)
+        except ImageNotFound:
+            return None
+        except DockerException as err:
+            raise EngineError(f"image {ref}: {_short(err)}") from None
+
+    def remove_if_dangling(self, image_id: str) -> None:
+        """Remove an image gpulaunch built that a rebuild left without any tag."""
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            image = self.client().images.get(image_id)
+            if not image.tags and MANAGED_LABEL in (image.labels or {}):
+                self.client().images.remove(image_id, noprune=False)
+
+    def tag(self, source: str, target: str) -> None:
+        repo, _, tag = target.rpartition(":")
+        self.client().images.get(source).tag(repo, tag)
+
+    def build(
+        self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
+    ) -> None:
+        """Build an image, reporting each output line; BuildError on failure.
+
+        builder "classic" forces the SDK's legacy builder even where BuildKit is available.
+        """
+        cli = self.docker_cli()
+        if builder == "buildkit" and cli is None:
+            raise EngineError(
+                "--builder buildkit: no docker CLI with BuildKit (docker buildx) was found",
+                hint="install the docker buildx plugin, or use --builder classic",
+            )
+        if cli is not None and builder != "classic":
+            self._build_cli(cli, req, on_line)
+        else:
+            self._build_sdk(req, on_line)
+
+    def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        """BuildKit through the docker CLI. Its context is a private folder holding exactly
+        the hashed entries (hard links into the project), beside `.gpulaunch/`: the CLI's
+        own .dockerignore handling never sees the project, and nothing else is sent."""
+        import shutil
+        import tempfile
+
+        from gpulaunch.fsio import make_dirs
+
+        state = req.context / ".gpulaunch"
+        make_dirs(state, root=req.context)  # refuses a planted link
+        with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_text(req.dockerfile, encoding="utf-8")
+            context = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
+            _write_secrets(Path(tmp), req.secrets)
+            try:
+                mirror(req.context, list(req.entries), context)
+                argv = cli.build_argv(req, dockerfile, context)
+                code = self._run_cli(cli, argv, on_line)
+            finally:
+                shutil.rmtree(context, ignore_errors=True)
+        if code != 0:
+            raise BuildError(f"docker build failed (exit {code})")
+
+    def _run_cli(self, cli: DockerCli, argv: list[str], on_line: Callable[[str], None]) -> int:
+        on_line("$ " + " ".join(argv))
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                env=self._cli_env(),
+            )
+        except OSError as err:
+            raise EngineError(f"cannot start {cli.path}: {err.strerror}") from None
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                on_line(line.rstrip("\n"))
+            return proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+
+    def _build_sdk(self, req: BuildRequest, on_line: Callable[[str], None]) -> None:
+        """The classic builder through the SDK, fed a context tar we make ourselves from the
+        hashed entries: nothing is written into the project, and the Dockerfile (listed in
+        the tar's own .dockerignore) is removed by the daemon before any COPY."""
+        import tempfile
+
+        from docker.errors import APIError, DockerException
+
+        if req.secrets:
+            raise ConfigError(
+                "image.pip: index credentials need BuildKit secrets; the classic builder "
+                "would keep them in the image history; build with BuildKit"
+            )
+        client = self.client()
+        with _sigterm_raises(), tempfile.TemporaryFile(prefix="gpulaunch-context-") as tar:
+            extra = {
+                CLASSIC_DOCKERFILE: req.dockerfile,
+                ".dockerignore": f".dockerignore\n{CLASSIC_DOCKERFILE}\n",
+            }
+            write_tar(tar, req.context, list(req.entries), extra)
+            tar.seek(0)
+            try:
+                stream = client.api.build(
+                    fileobj=tar,
+                    custom_context=True,
+                    dockerfile=CLASSIC_DOCKERFILE,
+                    tag=req.tags[0],
+                    buildargs=req.build_args,
+                    network_mode=None if req.network == "default" else req.network,
+                    nocache=req.no_cache,
+                    labels=req.labels or None,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
+                for chunk in stream:
+                    if "stream" in chunk:
+                        for line in str(chunk["stream"]).splitlines():
+                            on_line(line)
+                    elif "error" in chunk:
+                        on_line(str(chunk["error"]).rstrip())
+                        raise BuildError(f"docker build failed: {str(chunk['error']).strip()}")
+                    elif "status" in chunk:
+                        on_line(str(chunk["status"]))
+            except (APIError, DockerException) as err:
+                raise BuildError(f"docker build failed: {_short(err)}") from None
+        for extra_tag in req.tags[1:]:
+            self.tag(req.tags[0], extra_tag)
+
+    # -- containers -------------------------------------------------------------------
+    def create_container(self, kwargs: dict[str, Any]) -> Any:
+        """Create and start a container from docker-SDK `containers.run`-style kwargs.
+
+        `stop_timeout` is passed through the low-level API (the high-level `run` lacks it).
+        A container that was created but failed to start is removed before raising.
+        """
+        from docker.errors import APIError, DockerException, ImageNotFound
+        from docker.models.containers import _create_container_args
+
+        client = self.client()
+        args = dict(kwargs, version=client.api._version)
+        stop_timeout = args.pop("stop_timeout", None)
+        container = None
+        try:
+            create = _create_container_args(args)
+            if stop_timeout is not None:
+                create["stop_timeout"] = stop_timeout
+            created = client.api.create_container(**create)
+            container = client.containers.get(created["Id"])
+            container.start()
+            return container
+        except ImageNotFound:
+            raise EngineError(
+                f"image {kwargs.get('image')} not found; run `gpulaunch build`"
+            ) from None
+        except APIError as err:
+            self.discard(container)
+            text = _short(err)
+            if "could not select device driver" in text:
+                raise EngineError(
+                    "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
+                    '"" with capabilities [[gpu]])',
+                    hint=NVIDIA_MISSING_HINT,
+                ) from None
+            rlimit = _RLIMIT_REFUSED.search(text)
+            if rlimit:
+                name = _RLIMIT_NAMES.get(rlimit.group(1), rlimit.group(1))
+                raise RlimitRefused(
+                    f"the engine may not set ulimit {name}: {text}", rlimit=name
+                ) from None
+            raise EngineError(f"docker refused to start the container: {text}") from None
+        except DockerException as err:
+            self.discard(container)
+            raise EngineError(f"docker: {_short(err)}") from None
+        except BaseException:
+            self.discard(container)
+            raise
+
+    @staticmethod
+    def discard(container: Any) -> None:
+        if container is None:
+            return
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            container.remove(force=True)
+
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        """The container `name` of run `run_id` if it exists (created but perhaps never
+        started); a container of that name that is not this run's is left alone."""
+        from docker.errors import DockerException, NotFound
+
+        try:
+            container = self.client().containers.get(name)
+        except NotFound:
+            return None
+        except DockerException as err:
+            raise EngineError(f"container {name!r}: {_short(err)}") from None
+        return container if self.run_id_of(container) == run_id else None
+
+    def run_id_of(self, container: Any) -> str | None:
+        """The run id `gpulaunch run` gave this container, or None when it is not ours.
+
+        Containers inherit their image's labels, so a label counts only when the container's
+        own value differs from what its image carries: `docker run IMG` of an image with a
+        run-id label must not look like a gpulaunch job.
+        """
+        labels = container.labels or {}
+        run_id = labels.get(RUN_ID_LABEL)
+        if not run_id:
+            return None
+        return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
+
+    def _image_labels(self, container: Any) -> dict[str, str]:
+        from docker.errors import DockerException
+
+        image_id = (getattr(container, "attrs", None) or {}).get("Image")
+        if not image_id:
+            return {}
+        try:
+            attrs = self.client().api.inspect_image(image_id)
+        except DockerException:
+            return {}  # image gone: nothing could have been inherited from it
+        return dict((attrs.get("Config") or {}).get("Labels") or {})
+
+    def list_managed(self, all_states: bool = False) -> list[Any]:
+        """Containers `gpulaunch run` started (by their own run-id label)."""
+        from docker.errors import DockerException
+
+        try:
+            found = self.client().containers.list(all=all_states, filters={"label": RUN_ID_LABEL})
+        except DockerException as err:
+            raise EngineError(f"cannot list containers: {_short(err)}") from None
+        return [c for c in found if self.run_id_of(c) is not None]
+
+    def get_managed(self, ident: str) -> Any:
+        from docker.errors import DockerException, NotFound
+
+        try:
+            container = self.client().containers.get(ident)
+        except NotFound:
+            raise EngineError(f"no container {ident!r}") from None
+        except DockerException as err:
+            raise EngineError(f"container {ident!r}: {_short(err)}") from None
+        if self.run_id_of(container) is None:
+            raise EngineError(
+                f"container {ident!r} was not started by `gpulaunch run`; not touching it"
+            )
+        return container
+
+
+def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
+    return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
+
+
+def _is_executable(path: Path) -> bool:
+    """Like shutil.which's test: a PATH entry we may not read (root's ~/bin under sudo or
+    another uid) is skipped instead of raising PermissionError."""
+    try:
+        return path.is_file() and os.access(path, os.X_OK)
+    except OSError:
+        return False
+
+
+def _client_version(text: str) -> str:
+    """'Docker version 20.10.24, build 297e128' -> '20.10.24'."""
+    match = re.search(r"version (\d+[\w.+-]*)", text)
+    return match.group(1) if match else ""
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".", 1)[0])
+    except ValueError:
+        return 0
+
+
+def _short(err: BaseException) -> str:
+    explanation = getattr(err, "explanation", None)
+    text = str(explanation or err).strip()
+    return " ".join(text.split())[:400]

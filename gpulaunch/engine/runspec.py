@@ -1,0 +1,217 @@
+"""One container run as data (`RunPlan`), rendered both as docker SDK kwargs and as a
+`docker run` command line, so `--dry-run` prints exactly what the SDK call does (a test
+checks every option both ways, and the real engine inspects both containers).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulaunch.engine.docker_api import MANAGED_LABEL, RUN_ID_LABEL
+
+WORKSPACE = "/workspace"
+HELPERS_DIR = "/opt/gpulaunch/bin"
+STOP_TIMEOUT = 45  # longer than torchrun's 30 s graceful shutdown of its workers
+NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
+V4MAPPED_LOOPBACK_NAME = "localhost-v4mapped"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # absolute host path
+    target: str
+    read_only: bool = False
+
+    def cli(self) -> str:
+        return f"type=bind,source={self.source},target={self.target}" + (
+            ",readonly" if self.read_only else ""
+        )
+
+
+@dataclass
+class RunPlan:
+    image: str
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    mounts: list[Mount]
+    user: str
+    gpus: int | str  # 0 = none, N, "all", or "0,2"
+    labels: dict[str, str]
+    workdir: str = WORKSPACE
+    ipc: str | None = "host"
+    shm_size: str | None = None
+    ulimits: dict[str, int] = field(default_factory=lambda: dict(NGC_ULIMITS))
+    init: bool = True
+    stop_timeout: int = STOP_TIMEOUT
+    network: str | None = None
+    cap_add: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    cpuset_cpus: str | None = None
+    nproc: int = 1
+    numa: list[dict[str, Any]] = field(default_factory=list)
+    hostname: str | None = None
+    extra_hosts: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.network == "none":
+            self.pin_hostname()
+
+    def pin_hostname(self) -> None:
+        """Give the container a hostname that resolves to loopback.
+
+        Without a network (`none`, or the default network on an engine that has no bridge)
+        the container's own hostname has no address, and torchrun's rendezvous and c10d
+        resolve that name: they retry for minutes instead of starting.
+        """
+        if self.hostname is None:
+            self.hostname = "gl-" + self.labels.get(RUN_ID_LABEL, "job")[-6:]
+        self.extra_hosts.setdefault(self.hostname, "127.0.0.1")
+        # A store listening on [::] sees IPv4 clients as ::ffff:127.0.0.1; /etc/hosts has no
+        # name for that, so c10d's reverse lookup falls through to DNS and warns
+        # "hostname of the client socket cannot be retrieved" on every connection.
+        self.extra_hosts.setdefault(V4MAPPED_LOOPBACK_NAME, "::ffff:127.0.0.1")
+
+    @property
+    def run_id(self) -> str:
+        return self.labels.get(RUN_ID_LABEL, "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "name": self.name,
+            "command": self.command,
+            "nproc": self.nproc,
+            "env": dict(sorted(self.env.items())),
+            "docker_run": docker_run_argv(self),
+            "options": {
+                "user": self.user,
+                "workdir": self.workdir,
+                "gpus": self.gpus,
+                "ipc": self.ipc,
+                "shm_size": self.shm_size,
+                "ulimits": self.ulimits,
+                "init": self.init,
+                "stop_timeout": self.stop_timeout,
+                "network": self.network,
+                "cap_add": self.cap_add,
+                "devices": self.devices,
+                "cpuset_cpus": self.cpuset_cpus,
+                "hostname": self.hostname,
+                "extra_hosts": self.extra_hosts,
+                "labels": self.labels,
+                "mounts": [m.__dict__ for m in self.mounts],
+            },
+            "numa": self.numa,
+        }
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
+    argv = ["docker", "run", "--detach" if detach else "--rm", "--name", plan.name]
+    if plan.init:
+        argv.append("--init")
+    argv += ["--user", plan.user, "--workdir", plan.workdir]
+    if plan.gpus not in (0, "0"):
+        argv += ["--gpus", _gpus_cli(plan.gpus)]
+    if plan.ipc:
+        argv += ["--ipc", plan.ipc]
+    if plan.shm_size:
+        argv += ["--shm-size", plan.shm_size]
+    for name, limit in sorted(plan.ulimits.items()):
+        argv += ["--ulimit", f"{name}={limit}"]
+    # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
+    argv += ["--stop-signal", "SIGTERM", "--stop-timeout", str(plan.stop_timeout)]
+    if plan.network:
+        argv += ["--network", plan.network]
+    if plan.hostname:
+        argv += ["--hostname", plan.hostname]
+    for host, address in sorted(plan.extra_hosts.items()):
+        argv += ["--add-host", f"{host}:{address}"]
+    for cap in plan.cap_add:
+        argv += ["--cap-add", cap]
+    for dev in plan.devices:
+        argv += ["--device", dev]
+    if plan.cpuset_cpus:
+        argv += ["--cpuset-cpus", plan.cpuset_cpus]
+    for key, label in sorted(plan.labels.items()):
+        argv += ["--label", f"{key}={label}"]
+    for mount in plan.mounts:
+        argv += ["--mount", mount.cli()]
+    for key, value in sorted(plan.env.items()):
+        argv += ["--env", f"{key}={value}"]
+    return [*argv, plan.image, *plan.command]
+
+
+def _gpus_cli(gpus: int | str) -> str:
+    if isinstance(gpus, int) or gpus == "all":
+        return str(gpus)
+    return f'"device={gpus}"'
+
+
+def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
+    """kwargs for docker-py `containers.run(detach=True, **kwargs)`; mirrors docker_run_argv."""
+    from docker.types import DeviceRequest, Ulimit
+    from docker.types import Mount as SdkMount
+
+    kwargs: dict[str, Any] = {
+        "image": plan.image,
+        "command": plan.command,
+        "name": plan.name,
+        "user": plan.user,
+        "working_dir": plan.workdir,
+        "environment": dict(plan.env),
+        "labels": dict(plan.labels),
+        "init": plan.init,
+        "stop_signal": "SIGTERM",
+        "stop_timeout": plan.stop_timeout,
+        "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(plan.ulimits.items())],
+        "mounts": [
+            SdkMount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            for m in plan.mounts
+        ],
+    }
+    if plan.gpus not in (0, "0"):
+        if isinstance(plan.gpus, int):
+            kwargs["device_requests"] = [DeviceRequest(count=plan.gpus, capabilities=[["gpu"]])]
+        elif plan.gpus == "all":
+            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        else:
+            ids = plan.gpus.split(",")
+            kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if plan.ipc:
+        kwargs["ipc_mode"] = plan.ipc
+    if plan.shm_size:
+        kwargs["shm_size"] = plan.shm_size
+    if plan.network:
+        kwargs["network_mode"] = plan.network
+    if plan.hostname:
+        kwargs["hostname"] = plan.hostname
+    if plan.extra_hosts:
+        kwargs["extra_hosts"] = dict(plan.extra_hosts)
+    if plan.cap_add:
+        kwargs["cap_add"] = list(plan.cap_add)
+    if plan.devices:
+        kwargs["devices"] = list(plan.devices)
+    if plan.cpuset_cpus:
+        kwargs["cpuset_cpus"] = plan.cpuset_cpus
+    return kwargs
+
+
+def shell_line(argv: list[str]) -> str:
+    return shlex.join(argv)
+
+
+def base_labels(project_name: str, run_id: str) -> dict[str, str]:
+    return {
+        MANAGED_LABEL: "true",
+        "io.gpulaunch.project": project_name,
+        RUN_ID_LABEL: run_id,
+    }

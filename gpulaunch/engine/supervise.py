@@ -1,0 +1,140 @@
+"""Supervise one training container: stream output, forward signals, always clean up.
+
+Ctrl-C / SIGTERM -> the container gets SIGTERM (its init forwards it to torchrun, which
+forwards it to the ranks), SIGKILL after the stop timeout; a second Ctrl-C kills at once.
+The container is removed on every path and the exit code is the job's, or 130 / 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from gpulaunch.engine.docker_api import Engine, stream_logs
+from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
+from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
+
+_SIGNAL_EXIT = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED}
+
+
+class _Stopper:
+    """Signal handler state: first signal asks for a graceful stop, the second forces."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+        self.event = threading.Event()
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.signum = self.signum or signum
+        self.count += 1
+        self.event.set()
+
+
+def _pump(container: Any, out: BinaryIO, done: threading.Event, stream: str) -> None:
+    try:
+        for chunk in stream_logs(container, stdout=stream == "stdout", stderr=stream == "stderr"):
+            out.write(chunk)
+            out.flush()
+    except Exception:
+        pass
+    finally:
+        done.set()
+
+
+def start(engine: Engine, plan: RunPlan, warn: Callable[[str], None]) -> Any:
+    """Create and start the container; drop a ulimit the engine may not raise, with a warning.
+
+    NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
+    sandbox refuses it. Running with the engine's default beats not running at all, but the
+    user must hear about it.
+    """
+    if plan.network in (None, "default") and "bridge" not in engine.network_names():
+        plan.pin_hostname()  # the default network is no network on a bridge-less engine
+    while True:
+        try:
+            return engine.create_container(sdk_kwargs(plan))
+        except RlimitRefused as err:
+            if err.rlimit not in plan.ulimits:
+                raise
+            del plan.ulimits[err.rlimit]
+            warn(
+                f"warning: the engine refused ulimit {err.rlimit} (its own limit is lower); "
+                f"running with its default. InfiniBand/GPUDirect need {err.rlimit}=-1"
+            )
+
+
+def supervise(
+    engine: Engine,
+    plan: RunPlan,
+    *,
+    out: BinaryIO,
+    err: BinaryIO,
+    warn: Callable[[str], None],
+    on_started: Callable[[Any], None] | None = None,
+) -> int:
+    """Run the plan's container to completion; return the exit code gpulaunch should exit with.
+
+    The job's stdout goes to `out` and its stderr to `err`, kept apart as `docker run` keeps
+    them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
+    """
+    stopper = _Stopper()
+    previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
+    container = None
+    try:
+        container = start(engine, plan, warn)
+        if on_started:
+            on_started(container)
+        exit_box: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def wait() -> None:
+            try:
+                exit_box["result"] = container.wait()
+            except Exception as err:
+                exit_box["error"] = err
+            finally:
+                finished.set()
+
+        streamed = [threading.Event(), threading.Event()]
+        for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
+            threading.Thread(
+                target=_pump, args=(container, target, done, stream), daemon=True
+            ).start()
+        threading.Thread(target=wait, daemon=True).start()
+        graceful_sent = forced = False
+        while not finished.is_set():
+            stopper.event.wait(0.2)
+            if stopper.count and not graceful_sent:
+                graceful_sent = True
+                _signal(container, "SIGTERM")
+                timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
+                timer.daemon = True
+                timer.start()
+            if stopper.count > 1 and not forced:
+                forced = True
+                _signal(container, "SIGKILL")
+            stopper.event.clear()
+        for done in streamed:
+            done.wait(5)
+        if stopper.signum is not None:
+            return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
+        if "error" in exit_box:
+            raise RunError(f"lost the container while waiting: {exit_box['error']}")
+        return int(exit_box["result"].get("StatusCode", 1))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if container is not None:
+            engine.discard(container)
+        else:
+            with contextlib.suppress(EngineError):
+                engine.discard(engine.find_leftover(plan.name, plan.run_id))
+
+
+def _signal(container: Any, name: str) -> None:
+    with contextlib.suppress(Exception):
+        container.kill(signal=name)

@@ -1,0 +1,255 @@
+"""`gpulaunch build`: render for the builder in use, hash what shapes the image, build or reuse.
+
+The tag `NAME:gl-<hash>` is content-addressed: the rendered Dockerfile, build args, the
+template version, the .dockerignore rules and every entry of the build context (names,
+modes, contents; see gpulaunch.engine.context), which is exactly what the engine receives.
+When that tag exists the build is skipped; otherwise the engine's layer cache still makes
+a source-only edit re-run nothing but the final COPY.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shlex
+import stat
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpulaunch import __version__
+from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
+from gpulaunch.engine.context import Entry, effective_rules, hash_entries, parse_rules, scan
+from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
+from gpulaunch.errors import BuildError, ConfigError
+from gpulaunch.fsio import open_stream
+from gpulaunch.image.render import ImagePlan, plan_image, render_dockerfile, render_dockerignore
+from gpulaunch.masking import mask
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProjectConfig
+
+TAIL_LINES = 30
+MAX_IGNORE_BYTES = 1024 * 1024
+_BUILDKIT_STEP = re.compile(r"^#\d+ \[(?:[\w.-]+ )?(\d+)/(\d+)\] (.*)$")
+_CLASSIC_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+_BUILDKIT_ERROR = re.compile(r"^#\d+ ERROR: (.*)$|^ERROR: (.*)$|^error: (.*)$")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    network: str | None = None  # overrides build.network
+    rebuild: bool = False
+    no_cache: bool = False
+    builder: Builder | None = None  # None = what the engine offers
+    config_file: Path | None = None  # --config: never sent to the engine, whatever its name
+
+
+@dataclass
+class BuildOutcome:
+    tag: str
+    cached: bool
+    builder: Builder
+    dockerfile: str
+    log_path: Path | None = None
+    plan: ImagePlan | None = None
+
+
+@dataclass
+class Progress:
+    """Tracks the step being built from BuildKit plain output or classic builder output."""
+
+    step: int = 0
+    total: int = 0
+    current: str = ""
+    started: float = field(default_factory=time.monotonic)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    failed_step: str = ""
+    error: str = ""
+
+    def feed(self, line: str) -> bool:
+        """Consume one output line; True when the step changed."""
+        self.tail.append(line)
+        match = _BUILDKIT_STEP.match(line) or _CLASSIC_STEP.match(line)
+        if match:
+            self.step, self.total = int(match.group(1)), int(match.group(2))
+            self.current = match.group(3).strip()
+            return True
+        error = _BUILDKIT_ERROR.match(line)
+        if error and not self.error:
+            self.failed_step = self.current
+            self.error = next(g for g in error.groups() if g)
+        return False
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def build_args() -> dict[str, str]:
+    return {"GL_UID": str(os.getuid()), "GL_GID": str(os.getgid())}
+
+
+def read_dockerignore(project: Path) -> str:
+    """The project's .dockerignore text, or gpulaunch's default rules where there is none.
+
+    Read without following a link; a folder, a link or a non-text file is a usage error.
+    """
+    path = project / ".dockerignore"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return render_dockerignore()
+    except OSError as err:
+        reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_IGNORE_BYTES + 1)
+    if len(raw) > MAX_IGNORE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_IGNORE_BYTES // 1024} KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
+def context_entries(project: Path, ignore: str, required: tuple[str, ...] = ()) -> list[Entry]:
+    """What the engine receives: .dockerignore rules, required files kept, config left out."""
+    rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required)
+    return scan(project, rules)
+
+
+def image_hash(
+    dockerfile: str, args: dict[str, str], project: Path, entries: list[Entry], ignore: str = ""
+) -> str:
+    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine."""
+    digest = hashlib.sha256()
+    digest.update(f"gpulaunch-build:3:{__version__}\n".encode())
+    digest.update(f"{len(dockerfile)}:".encode() + dockerfile.encode())
+    digest.update(b"\0dockerignore\0" + f"{len(ignore)}:".encode() + ignore.encode())
+    for key, value in sorted(args.items()):
+        digest.update(f"\0arg:{key}={value}".encode())
+    hash_entries(digest, project, entries)
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class PreparedBuild:
+    plan: ImagePlan
+    dockerfile: str
+    request: BuildRequest
+    tag: str
+
+
+def prepare_build(
+    config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions
+) -> PreparedBuild:
+    """Render and hash; writes nothing and asks no daemon (--dry-run uses it as it is)."""
+    plan = plan_image(config, project, builder)
+    dockerfile = render_dockerfile(plan)
+    ignore = read_dockerignore(project)
+    args = build_args()
+    never = []
+    if opts.config_file is not None:
+        config_file = opts.config_file.resolve()
+        if config_file.is_relative_to(project.resolve()):
+            never.append(config_file.relative_to(project.resolve()).as_posix())
+    user_rules = parse_rules(ignore, str(project / ".dockerignore"))
+    rules = effective_rules(user_rules, plan.required, never)
+    entries = scan(project, rules)
+    sent = {e.rel for e in entries}
+    for rel in plan.required:
+        if rel not in sent and rel != ".":
+            raise ConfigError(
+                f"{rel}: the Dockerfile reads it, but it cannot be in the build context",
+                hint="gpulaunch.yaml and .gpulaunch/ are never sent to the engine",
+            )
+    tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, entries, ignore)}"
+    request = BuildRequest(
+        dockerfile=dockerfile,
+        context=project,
+        tags=(tag, f"{config.name}:latest"),
+        build_args=args,
+        network=opts.network or config.build.network,
+        no_cache=opts.no_cache,
+        secrets=dict(plan.secrets),
+        labels={MANAGED_LABEL: "true"},
+        entries=tuple(entries),
+        ignore_rules=tuple(rule.text() for rule in rules),
+    )
+    return PreparedBuild(plan, dockerfile, request, tag)
+
+
+def dry_run_argv(prepared: PreparedBuild, cli: DockerCli | None) -> list[str]:
+    """The equivalent docker command line (Dockerfile read from stdin: `-f -`)."""
+    tool = cli or DockerCli("docker", "env")
+    argv = tool.build_argv(prepared.request, Path("-"))
+    return argv
+
+
+def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
+    argv = dry_run_argv(prepared, cli)
+    prefix = "DOCKER_BUILDKIT=1 " if (cli is None or cli.mode == "env") else ""
+    if prepared.plan.builder == "classic":
+        prefix = "DOCKER_BUILDKIT=0 "
+    req = prepared.request
+    note = (
+        f"# context: {len(req.entries)} entries of {req.context} (.dockerignore, plus the files"
+        " the Dockerfile reads, minus the config and .gpulaunch/); gpulaunch sends exactly"
+        " these, the docker CLI alone would apply .dockerignore only\n"
+    )
+    heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
+    return mask(note + prefix + shlex.join(argv) + heredoc)
+
+
+def run_build(
+    config: ProjectConfig,
+    project: Path,
+    engine: Engine,
+    opts: BuildOptions,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> BuildOutcome:
+    builder: Builder = opts.builder or engine.builder_kind()
+    prepared = prepare_build(config, project, builder, opts)
+    if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
+        engine.tag(prepared.tag, f"{config.name}:latest")
+        return BuildOutcome(prepared.tag, True, builder, prepared.dockerfile, plan=prepared.plan)
+
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    log_path = project / ".gpulaunch" / "logs" / f"build-{stamp}-{prepared.tag[-12:]}.log"
+    progress = Progress()
+    with open_stream(log_path, root=project) as log:
+        log.write(f"# gpulaunch {__version__} build of {prepared.tag} ({builder})\n")
+
+        def on_line(line: str) -> None:
+            line = mask(line)  # the log, the progress line and the error tail
+            log.write(line + "\n")
+            log.flush()  # a user (or a test) may follow the log while it builds
+            if progress.feed(line) and on_progress is not None:
+                on_progress(progress)
+
+        previous = engine.image_id(prepared.tag)  # a rebuild must not leave it dangling
+        try:
+            engine.build(prepared.request, on_line, builder)
+        except BuildError as err:
+            step = progress.failed_step or progress.current
+            where = f"at step {progress.step}/{progress.total}: {step}" if step else ""
+            reason = progress.error or str(err)
+            raise BuildError(
+                f"build failed {where}".rstrip()
+                + (f" ({reason[:200]})" if where else f": {reason[:300]}"),
+                hint=f"full log: {log_path}",
+                log_tail="\n".join(progress.tail),
+                log_path=str(log_path),
+            ) from err
+    if previous is not None:
+        engine.remove_if_dangling(previous)
+    return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)

@@ -1,0 +1,185 @@
+"""Does an image fit this host: which GPU architectures a torch build supports, the rows
+`gpulaunch versions` shows (with the driver each needs), and the host check that refuses a
+CUDA/driver or GPU-architecture mismatch before anything is built or started (NVML).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpulaunch.engine import nvml
+from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.image.catalog_data import (
+    _CC_RE,
+    _TORCH_RE,
+    CONFIDENCES,
+    Variant,
+    _vt,
+    _xy,
+    load_catalog,
+)
+from gpulaunch.image.request import (
+    ImageRequest,
+    MatrixRow,
+    ResolvedImage,
+    _CudaReq,
+    _parse_cuda,
+    _select_torch,
+    driver_satisfies,
+)
+from gpulaunch.image.resolver import resolve
+
+
+def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]:
+    """Every torch patch x wheel variant (CPU included), newest first, optionally filtered."""
+    cat = load_catalog()
+    pairs = cat.patches()
+    if torch is not None:
+        text = torch.strip()
+        if _TORCH_RE.match(text) and text.count(".") == 1:
+            pairs = [(rel, p) for rel, p in pairs if _vt(rel.minor) == _vt(text)]
+        else:
+            sel = _select_torch(cat, text)
+            pairs = [(rel, p) for rel, p in pairs if sel is not None and p == sel.patch]
+        if not pairs:
+            _select_torch(cat, text)  # raises with the nearest versions
+    wanted = _parse_cuda(cat, cuda)
+    rows: list[MatrixRow] = []
+    for rel, patch in sorted(pairs, key=lambda pair: _vt(pair[1].torch), reverse=True):
+        variants: list[Variant | None] = [*rel.variants, None]
+        for variant in variants:
+            if wanted == "cpu" and variant is not None:
+                continue
+            if isinstance(wanted, _CudaReq) and (variant is None or variant.cuda != wanted.xy):
+                continue
+            resolved = resolve(
+                ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
+            )
+            confidences = [
+                rel.confidence,
+                patch.confidence,
+                variant.confidence if variant else "high",
+            ]
+            rows.append(
+                MatrixRow(
+                    torch=patch.torch,
+                    variant=variant.variant if variant else "cpu",
+                    cuda=variant.cuda if variant else None,
+                    image=resolved.base_image,
+                    python_min=rel.python_min,
+                    python_max=rel.python_max,
+                    torchvision=patch.torchvision,
+                    torchaudio=patch.torchaudio,
+                    min_driver=resolved.min_driver,
+                    archs=resolved.cuda_archs,
+                    status=variant.status if variant else "stable",
+                    confidence=max(confidences, key=CONFIDENCES.index),
+                )
+            )
+    return rows
+
+
+def _cc(value: str) -> tuple[int, int]:
+    m = _CC_RE.match(value.strip())
+    if not m:
+        raise CatalogError(f'gpu: expected a compute capability like "9.0"; got {value!r}')
+    return int(m.group(1)), int(m.group(2))
+
+
+def supports_arch(resolved: ResolvedImage, compute_capability: str) -> bool:
+    """Can the image's torch (or toolkit) run kernels on a GPU of this compute capability?
+
+    SASS built for X.Y runs on the same major X with minor >= Y, never across majors;
+    "+PTX" lets the driver JIT for any newer capability. Without a wheel arch list (NGC,
+    no torch) the CUDA toolkit's arch window is used instead.
+    """
+    cc = _cc(compute_capability)
+    if resolved.cuda_archs:
+        for arch in resolved.cuda_archs:
+            base = _cc(arch.removesuffix("+PTX"))
+            if base[0] == cc[0] and base[1] <= cc[1]:
+                return True
+            if arch.endswith("+PTX") and base <= cc:
+                return True
+        return False
+    if resolved.cuda is None:
+        return False
+    windows = [w for w in load_catalog().arch_windows if _vt(w.cuda) <= _vt(_xy(resolved.cuda))]
+    if not windows:
+        return False
+    window = windows[-1]
+    lo, hi = _cc(window.min_cc), _cc(window.max_cc)
+    return lo <= cc and (cc <= hi or cc[0] == hi[0])
+
+
+def gpu_compute_capability(name: str) -> str | None:
+    """Compute capability of a GPU from its product name, e.g. "NVIDIA H100 80GB HBM3"."""
+    for gpu in load_catalog().gpus:
+        if any(pattern.search(name) for pattern in gpu.names):
+            return gpu.cc
+    return None
+
+
+# ---------------------------------------------------------------- the host check
+# Refuse a CUDA/driver or GPU-architecture mismatch before building or starting anything.
+# Uses NVML (nvidia-ml-py) when it is installed and a driver answers; otherwise nothing is
+# known about the host and nothing is refused. The answer names both sides and what fits.
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    driver: str | None
+    names: tuple[str, ...]
+
+
+def probe(env: Mapping[str, str]) -> HostGpus | None:
+    """Driver version and GPU names from NVML; None when NVML is absent, refuses a query, or
+    a fixture is used. Bindings that lack a function raise (AttributeError), never pass."""
+    try:
+        with nvml.session(env) as lib:
+            if lib is None:
+                return None
+            driver = _text(lib.nvmlSystemGetDriverVersion())
+            count = lib.nvmlDeviceGetCount()
+            handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            return HostGpus(driver, tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles))
+    except nvml.NvmlError:
+        # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
+        # GPUs were not validated (topology discovery meets the same refusal)
+        return None
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | None = None) -> None:
+    """ConfigError when the host's driver or GPUs cannot run the resolved image."""
+    if resolved.cuda and host.driver and not driver_satisfies(host.driver, resolved.cuda):
+        fits = _variants_for_driver(resolved, host.driver)
+        alternatives = f"; with this driver use: {', '.join(fits)}" if fits else ""
+        raise ConfigError(
+            f"image.cuda: CUDA {resolved.cuda} needs driver >= {resolved.min_driver}; "
+            f"this host has {host.driver}{alternatives}"
+        )
+    names = host.names if selected is None else [host.names[i] for i in selected]
+    for name in dict.fromkeys(names):
+        cc = gpu_compute_capability(name)
+        if cc and not supports_arch(resolved, cc):
+            archs = " ".join(resolved.cuda_archs) or "its toolkit"
+            raise ConfigError(
+                f"image.cuda: {name} (compute capability {cc}) is not supported by the "
+                f"{resolved.torch_variant or resolved.cuda} build (archs: {archs})"
+            )
+
+
+def _variants_for_driver(resolved: ResolvedImage, driver: str) -> list[str]:
+    if not resolved.torch:
+        return []
+    rows = matrix(resolved.torch)
+    return [
+        f"cuda {row.cuda} ({row.variant})"
+        for row in rows
+        if row.cuda and driver_satisfies(driver, row.cuda)
+    ]

@@ -1,0 +1,335 @@
+"""Resolved plan -> Dockerfile / .dockerignore through the Jinja2 templates.
+
+Templates receive an already-resolved plan (`ImagePlan.context`); every decision about
+versions, packages and quoting is made here, so templates hold layout only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpulaunch import __version__
+from gpulaunch.errors import ConfigError
+from gpulaunch.image.request import ImageRequest, ResolvedImage
+from gpulaunch.image.resolver import resolve
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
+    from gpulaunch.config import ProjectConfig
+
+Builder = Literal["buildkit", "classic"]
+WHEEL_MOUNT = "/opt/gpulaunch/find-links"
+
+
+def template_root() -> Path:
+    """Templates ship inside the wheel as gpulaunch/templates; a source checkout has ./templates."""
+    packaged = Path(str(resources.files("gpulaunch"))) / "templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def dockerfile_string(value: str) -> str:
+    """A double-quoted Dockerfile string (ENV/LABEL) with no way to expand or break the line."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def _environment() -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    env = Environment(
+        loader=FileSystemLoader(template_root()),
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+    )
+    env.filters["shquote"] = lambda v: shlex.quote(str(v))
+    env.filters["jsonstr"] = lambda v: json.dumps(str(v))
+    env.filters["dockerstr"] = lambda v: dockerfile_string(str(v))
+    return env
+
+
+def image_request(config: ProjectConfig) -> ImageRequest:
+    img = config.image
+    return ImageRequest(
+        python=img.python,
+        torch=img.torch,
+        cuda=img.cuda,
+        cudnn=img.cudnn,
+        os=img.os,
+        flavor=img.flavor,
+        base=img.base,
+    )
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """Everything that shapes the image: the resolved versions plus the template context."""
+
+    name: str
+    resolved: ResolvedImage
+    builder: Builder
+    context: dict[str, Any] = field(repr=False)
+    # project paths the Dockerfile reads (COPY, bind mounts), relative, links' targets too:
+    # they stay in the build context whatever .dockerignore says
+    required: tuple[str, ...]
+    # BuildKit secret id -> value: index URLs with credentials, never in the Dockerfile.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _pyproject_dependencies(path: Path) -> list[str]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
+    table = data.get("project", {})
+    deps = table.get("dependencies", []) if isinstance(table, dict) else None
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
+    from gpulaunch.textcheck import bad_char
+
+    for dep in deps:
+        if bad_char(dep) is not None:
+            raise ConfigError(
+                f"image.requirements: dependency {dep!r} contains a line break or control character"
+            )
+    return list(deps)
+
+
+def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[str], list[str]]:
+    """(packages from the base OS, packages from the deadsnakes PPA)."""
+    pkgs: list[str] = []
+    deadsnakes: list[str] = []
+    if resolved.python_source == "distro":
+        pkgs += ["python3", "python3-venv"]
+    elif resolved.python_source == "deadsnakes":
+        pkgs += ["software-properties-common", "gnupg"]
+        deadsnakes = [f"python{resolved.python}", f"python{resolved.python}-venv"]
+    if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes"):
+        pkgs.append("ca-certificates")
+    pkgs += config.image.system_packages
+    return _unique(pkgs), deadsnakes
+
+
+def _torch_install(resolved: ResolvedImage, extras: list[str]) -> list[str]:
+    if resolved.torch is None:
+        return []
+    pins = [f"torch=={resolved.torch}"]
+    versions = {"torchvision": resolved.torchvision, "torchaudio": resolved.torchaudio}
+    for extra in extras:
+        version = versions[extra]
+        if version is None:
+            raise ConfigError(
+                f"image.torch_extras: {extra} has no release known to match torch {resolved.torch}"
+            )
+        pins.append(f"{extra}=={version}")
+    return pins
+
+
+def _links_flags(config: ProjectConfig, links: list[dict[str, str]]) -> str:
+    flags = "".join(f" --find-links {link['target']}" for link in links)
+    return (" --no-index" + flags) if config.image.pip.no_index else flags
+
+
+def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> ImagePlan:
+    """Resolve versions and compute the template context for one builder."""
+    resolved = resolve(image_request(config))
+    img = config.image
+    required: list[str] = []
+
+    links: list[dict[str, str]] = []
+    for i, rel in enumerate(img.pip.find_links):
+        field_name = f"image.pip.find_links[{i}]"
+        target = _inside(project_dir, rel, field_name, required)
+        if not target.is_dir():
+            raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
+        links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
+
+    requirements_file: str | None = None
+    dependencies: list[str] = []
+    if img.requirements:
+        # a pyproject.toml is read here (its dependencies go into the Dockerfile), not COPYed
+        is_pyproject = Path(img.requirements).name == "pyproject.toml"
+        req_path = _inside(
+            project_dir, img.requirements, "image.requirements", [] if is_pyproject else required
+        )
+        if not req_path.is_file():
+            raise ConfigError(f"image.requirements: {img.requirements!r} not found in the project")
+        if is_pyproject:
+            dependencies = _pyproject_dependencies(req_path)
+        else:
+            requirements_file = img.requirements
+
+    if img.ca_cert:
+        cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
+        if not cert.is_file():
+            raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
+
+    torch_install = _torch_install(resolved, list(img.torch_extras))
+    links_flags = _links_flags(config, links)
+    if img.pip.no_index or resolved.torch_index_url is None:
+        torch_flags = links_flags
+    else:
+        torch_flags = f" --index-url {resolved.torch_index_url}{links_flags}"
+    req_flags = links_flags
+    secrets: dict[str, str] = {}
+    index_note = ""
+    if not img.pip.no_index:
+        secrets, index_note = _index_secrets(config, builder)
+        if img.pip.index_url and not secrets:
+            req_flags = f" --index-url {shlex.quote(img.pip.index_url)}" + req_flags
+        for url in img.pip.extra_index_urls if not secrets else ():
+            req_flags += f" --extra-index-url {shlex.quote(url)}"
+
+    apt, deadsnakes = _apt_packages(resolved, config)
+    python_bin = f"python{resolved.python}" if resolved.python_source == "deadsnakes" else "python3"
+    labels = {
+        "org.opencontainers.image.title": config.name,
+        "io.gpulaunch.version": __version__,
+        "io.gpulaunch.project": config.name,
+        **resolved.labels(),
+    }
+    summary = summarize(resolved)
+    context: dict[str, Any] = {
+        "gl_version": __version__,
+        "config_name": "gpulaunch.yaml",
+        "summary": summary,
+        "builder": builder,
+        "buildkit": builder == "buildkit",
+        "base_image": resolved.base_image,
+        "labels": labels,
+        "ca_cert": img.ca_cert,
+        "apt_packages": apt,
+        "deadsnakes": deadsnakes,
+        "python": resolved.python,
+        "python_source": resolved.python_source,
+        "python_bin": python_bin,
+        "system_site_packages": resolved.flavor == "ngc",
+        "torch_install": torch_install,
+        "torch_summary": _torch_summary(resolved),
+        "torch_source_flags": torch_flags,
+        "pip_cache_flag": "" if builder == "buildkit" else " --no-cache-dir",
+        "find_links": links,
+        "requirements_file": requirements_file,
+        "dependencies": dependencies,
+        "req_source_flags": req_flags,
+        "pip_secrets": sorted(secrets),
+        "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
+        "index_note": index_note,
+        "env": dict(img.env),
+        "run_steps": list(img.run),
+    }
+    return ImagePlan(
+        config.name, resolved, builder, context, tuple(dict.fromkeys(required)), secrets
+    )
+
+
+def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
+    """The real path of a project file the Dockerfile reads; links may not leave the project.
+
+    Both the name and, for a link, its target's name go to `required`: the engine resolves
+    the link inside the context, so the target must be sent too.
+    """
+    root = project.resolve()
+    path = project / rel
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as err:
+        raise ConfigError(f"{field_name}: {rel!r} cannot be resolved: {err}") from None
+    if not real.is_relative_to(root):
+        raise ConfigError(f"{field_name}: {rel!r} points outside the project (to {real})")
+    required.append(Path(os.path.normpath(rel)).as_posix())
+    required.append(real.relative_to(root).as_posix())
+    return real
+
+
+PIP_INDEX_SECRET = "gl_pip_index_url"
+PIP_EXTRA_SECRET = "gl_pip_extra_index_urls"
+_SECRET_VARS = {PIP_INDEX_SECRET: "PIP_INDEX_URL", PIP_EXTRA_SECRET: "PIP_EXTRA_INDEX_URL"}
+
+
+def _index_secrets(config: ProjectConfig, builder: Builder) -> tuple[dict[str, str], str]:
+    """Index URLs with credentials go to BuildKit secrets (mounted for the pip step only).
+
+    As build args or in the Dockerfile they would stay in `docker history` for good; the
+    classic builder has no secrets, so it is refused. The Dockerfile names the indexes
+    masked, so a change of index (not of token) still changes the image hash.
+    """
+    from gpulaunch.masking import has_userinfo, mask
+
+    pip = config.image.pip
+    urls = [u for u in [pip.index_url, *pip.extra_index_urls] if u]
+    if not any(has_userinfo(u) for u in urls):
+        return {}, ""
+    if builder == "classic":
+        field_name = (
+            "image.pip.index_url"
+            if pip.index_url and has_userinfo(pip.index_url)
+            else "image.pip.extra_index_urls"
+        )
+        raise ConfigError(
+            f"{field_name}: holds credentials, which the classic builder would keep in the "
+            "image history; build with BuildKit (a docker CLI with BuildKit, not --builder "
+            "classic) so they are passed as build secrets"
+        )
+    secrets: dict[str, str] = {}
+    if pip.index_url:
+        secrets[PIP_INDEX_SECRET] = pip.index_url
+    if pip.extra_index_urls:
+        secrets[PIP_EXTRA_SECRET] = " ".join(pip.extra_index_urls)
+    return secrets, "indexes (BuildKit secrets): " + " ".join(mask(u) for u in urls)
+
+
+def _torch_summary(resolved: ResolvedImage) -> str:
+    if resolved.torch is None:
+        return "none"
+    variant = f"+{resolved.torch_variant}" if resolved.torch_variant else ""
+    return f"{resolved.torch}{variant}"
+
+
+def summarize(resolved: ResolvedImage) -> str:
+    parts = []
+    if resolved.ngc_tag:
+        parts.append(f"NGC PyTorch {resolved.ngc_tag} (torch from the image)")
+    elif resolved.torch:
+        parts.append(f"torch {_torch_summary(resolved)}")
+    parts.append(f"CUDA {resolved.cuda}" if resolved.cuda else "CPU only")
+    parts.append(f"Python {resolved.python}")
+    if resolved.os:
+        parts.append(resolved.os)
+    if resolved.min_driver:
+        parts.append(f"driver >= {resolved.min_driver}")
+    return " | ".join(parts)
+
+
+def render_dockerfile(plan: ImagePlan) -> str:
+    from jinja2 import TemplateError
+
+    try:
+        text = _environment().get_template("Dockerfile.j2").render(plan.context)
+    except TemplateError as err:  # a broken template is our bug, but say which
+        raise ConfigError(f"template error: {err}") from None
+    # Collapse runs of blank lines left by skipped sections.
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.strip() or (lines and lines[-1].strip()):
+            lines.append(line.rstrip())
+    return "\n".join(lines).strip() + "\n"
+
+
+def render_dockerignore() -> str:
+    return _environment().get_template("dockerignore.j2").render()

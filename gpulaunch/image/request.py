@@ -1,0 +1,303 @@
+"""What an image request asks for and what it resolves to, and how each version is parsed
+and selected from the catalog (torch release, wheel variant, Python, cuDNN).
+
+The resolver (`resolver.py`) composes these; refusals name both sides and the nearest
+valid choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gpulaunch.errors import CatalogError
+from gpulaunch.image.catalog_data import (
+    _CU_VARIANT_RE,
+    _CUDA_RE,
+    _DASH,
+    _PYTHON_RE,
+    _TORCH_RE,
+    _VERSION_RE,
+    Catalog,
+    Patch,
+    T,
+    TorchRelease,
+    Variant,
+    _join,
+    _nearest,
+    _vt,
+    _xy,
+    load_catalog,
+)
+
+FLAVORS = ("runtime", "devel", "ngc", "cpu")
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    python: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    os: str | None = None
+    flavor: str = "runtime"
+    base: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    flavor: str
+    base_image: str
+    os: str | None
+    python: str
+    python_source: str
+    torch: str | None
+    torchvision: str | None
+    torchaudio: str | None
+    torch_variant: str | None
+    torch_index_url: str | None
+    cuda: str | None
+    cudnn: str | None
+    min_driver: str | None
+    recommended_driver: str | None
+    cuda_archs: tuple[str, ...]
+    ngc_tag: str | None
+    warnings: tuple[str, ...]
+    ngc_torch: str | None = None  # NVIDIA's torch build inside an NGC image (not reinstalled)
+
+    def labels(self) -> dict[str, str]:
+        """OCI + gpulaunch labels recording what the image was resolved to."""
+        values: dict[str, str | None] = {
+            "org.opencontainers.image.base.name": self.base_image,
+            "io.gpulaunch.flavor": self.flavor,
+            "io.gpulaunch.os": self.os,
+            "io.gpulaunch.python": self.python,
+            "io.gpulaunch.python-source": self.python_source,
+            "io.gpulaunch.torch": self.torch or self.ngc_torch,
+            "io.gpulaunch.torchvision": self.torchvision,
+            "io.gpulaunch.torchaudio": self.torchaudio,
+            "io.gpulaunch.torch-variant": self.torch_variant,
+            "io.gpulaunch.cuda": self.cuda,
+            "io.gpulaunch.cudnn": self.cudnn,
+            "io.gpulaunch.min-driver": self.min_driver,
+            "io.gpulaunch.ngc-tag": self.ngc_tag,
+        }
+        return {key: value for key, value in values.items() if value}
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One torch patch x wheel variant, as `gpulaunch versions` shows it."""
+
+    torch: str
+    variant: str
+    cuda: str | None
+    image: str
+    python_min: str
+    python_max: str
+    torchvision: str | None
+    torchaudio: str | None
+    min_driver: str | None
+    archs: tuple[str, ...]
+    status: str
+    confidence: str
+
+    @property
+    def python_range(self) -> str:
+        return f"{self.python_min}{_DASH}{self.python_max}"
+
+
+class _CudaReq(NamedTuple):
+    xy: str
+    full: str | None
+
+    @property
+    def text(self) -> str:
+        return self.full or self.xy
+
+
+class _TorchSel(NamedTuple):
+    release: TorchRelease
+    patch: Patch
+
+
+def _parse_cuda(cat: Catalog, value: str | None) -> _CudaReq | str | None:
+    """None, "cpu", or a CUDA request whose x.y is known to the catalog."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "cpu":
+        return "cpu"
+    if m := _CU_VARIANT_RE.match(text):
+        text = f"{int(m.group(1))}.{m.group(2)}"
+    m = _CUDA_RE.match(text)
+    if not m:
+        raise CatalogError(
+            f'image.cuda: expected a CUDA version like "12.4", "12.4.1", "cu124" or "cpu"; '
+            f"got {value!r}"
+        )
+    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    full = f"{xy}.{int(m.group(3))}" if m.group(3) is not None else None
+    known = cat.cuda_xys()
+    if xy not in known:
+        raise CatalogError(
+            f"image.cuda: unknown CUDA {xy}; nearest known: {_join(_nearest(xy, list(known)))}"
+        )
+    return _CudaReq(xy, full)
+
+
+def _parse_cudnn(value: str | None, flavor: str) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if text not in ("8", "9"):
+        raise CatalogError(f'image.cudnn: expected "8" or "9"; got {value!r}')
+    if flavor == "cpu":
+        raise CatalogError("image.cudnn: flavor cpu has no cuDNN; drop image.cudnn")
+    return text
+
+
+def _parse_python(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not _PYTHON_RE.match(text):
+        raise CatalogError(f'image.python: expected major.minor like "3.11"; got {value!r}')
+    return text
+
+
+def _newest(items: Iterable[T], key: Callable[[T], str]) -> T:
+    """Newest item, preferring rows that are not low-confidence."""
+    pool = list(items)
+    trusted = [i for i in pool if getattr(i, "confidence", "high") != "low"]
+    return max(trusted or pool, key=lambda i: _vt(key(i)))
+
+
+def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
+    """Resolve "2.4.1" / "2.4" / None (newest) / "none" to a catalog row."""
+    if value is not None and value.strip().lower() == "none":
+        return None
+    if value is None:
+        release = _newest(cat.releases, lambda r: r.minor)
+        return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+    text = value.strip()
+    m = _TORCH_RE.match(text)
+    if not m:
+        raise CatalogError(
+            f'image.torch: expected a version like "2.4.1", "2.4" or "none"; got {value!r}'
+        )
+    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    for release in cat.releases:
+        if _vt(release.minor) != _vt(xy):
+            continue
+        if m.group(3) is None:
+            return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+        for patch in release.patches:
+            if _vt(patch.torch) == _vt(text):
+                return _TorchSel(release, patch)
+    known = [p.torch for _, p in cat.patches()]
+    raise CatalogError(
+        f"image.torch: unknown torch version {text}; nearest known: {_join(_nearest(text, known))}"
+    )
+
+
+def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
+    """The wheel variant: the requested CUDA x.y, else PyPI's default, else newest stable."""
+    rel = sel.release
+    if cuda is None:
+        for v in rel.variants:
+            if v.cuda == rel.pypi_default:
+                return v
+        return _newest([v for v in rel.variants if v.status == "stable"], lambda v: v.cuda)
+    for v in rel.variants:
+        if v.cuda == cuda.xy:
+            return v
+    raise CatalogError(
+        f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
+        f"available: {_join(v.variant for v in rel.variants)}"
+    )
+
+
+def _check_python(sel: _TorchSel | None, python: str, warnings: list[str]) -> None:
+    if sel is None or sel.release.python_ok(python):
+        return
+    if python in sel.release.python_experimental:
+        warnings.append(f"Python {python} is experimental for torch {sel.patch.torch}")
+        return
+    raise CatalogError(
+        f"image.python: torch {sel.patch.torch} supports Python {sel.release.python_range()}; "
+        f"got {python}"
+    )
+
+
+def _default_python(
+    cat: Catalog, sel: _TorchSel | None, preferred: str, allowed: Sequence[str] = ()
+) -> str:
+    """`preferred` when torch allows it, else the newest Python torch supports up to the cap."""
+    if sel is None or sel.release.python_ok(preferred):
+        return preferred
+    rel = sel.release
+    major, lo = _vt(rel.python_min)
+    hi = min(_vt(rel.python_max)[1], _vt(cat.python_cap)[1])
+    options = [f"{major}.{minor}" for minor in range(lo, max(lo, hi) + 1)]
+    if allowed:
+        options = [o for o in options if o in allowed] or options
+    return options[-1]
+
+
+def _torch_warnings(sel: _TorchSel, variant: Variant | None, warnings: list[str]) -> None:
+    rel, patch = sel.release, sel.patch
+    if variant is not None and variant.status != "stable" and variant.cuda != rel.pypi_default:
+        warnings.append(
+            f"torch {patch.torch} {variant.variant} is marked {variant.status} upstream"
+        )
+    low = [
+        what
+        for what, conf in (
+            (f"torch {rel.minor} release", rel.confidence),
+            (f"torch {patch.torch} companion versions", patch.confidence),
+            (f"{variant.variant} build" if variant else "", variant.confidence if variant else ""),
+        )
+        if conf == "low"
+    ]
+    for what in low:
+        warnings.append(f"catalog data for {what} is low-confidence; verify before relying on it")
+
+
+def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
+    """Driver bundled with the toolkit: exact patch, or the newest known patch of an x.y."""
+    if cuda is None:
+        return None
+    row = cat.toolkit_drivers.get(cuda)
+    if row is None and cuda.count(".") == 1:
+        rows = [d for d in cat.toolkit_drivers.values() if _xy(d.cuda) == cuda]
+        row = _newest(rows, lambda d: d.cuda) if rows else None
+    if row is None:
+        return None
+    if row.confidence == "low":
+        warnings.append(f"driver {row.driver} for CUDA {row.cuda} is a low-confidence catalog row")
+    return row.driver
+
+
+def min_driver_for(cuda: str) -> str:
+    """Lowest Linux driver that runs this CUDA via minor-version compatibility."""
+    m = _CUDA_RE.match(cuda.strip())
+    floors = load_catalog().minor_version_floor
+    if not m or m.group(1) not in floors:
+        raise CatalogError(
+            f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {_join(floors)}"
+        )
+    return floors[m.group(1)]
+
+
+def _driver_tuple(driver: str) -> tuple[int, ...]:
+    text = driver.strip()
+    if not _VERSION_RE.match(text):
+        raise CatalogError(f"driver: expected a version like 535.104.05; got {driver!r}")
+    return _vt(text)
+
+
+def driver_satisfies(driver: str, cuda: str) -> bool:
+    """True when `driver` is at least the minor-version-compatibility floor for `cuda`."""
+    return _driver_tuple(driver) >= _vt(min_driver_for(cuda))

@@ -1,0 +1,480 @@
+"""The resolver: an `ImageRequest` -> one `ResolvedImage` (base image tag, torch wheel variant,
+Python source), or a `CatalogError` naming the conflict and the nearest valid choice.
+
+The image's CUDA x.y always equals the wheel's CUDA x.y; low-confidence catalog rows are
+never chosen as defaults.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gpulaunch.errors import CatalogError
+from gpulaunch.image.catalog_data import (
+    _DASH,
+    _TORCH_RE,
+    Catalog,
+    CudaImage,
+    NgcRelease,
+    Variant,
+    _join,
+    _vt,
+    _xy,
+    load_catalog,
+)
+from gpulaunch.image.request import (
+    FLAVORS,
+    ImageRequest,
+    ResolvedImage,
+    _check_python,
+    _choose_variant,
+    _CudaReq,
+    _default_python,
+    _newest,
+    _parse_cuda,
+    _parse_cudnn,
+    _parse_python,
+    _recommended_driver,
+    _select_torch,
+    _torch_warnings,
+    _TorchSel,
+    min_driver_for,
+)
+
+
+def resolve(req: ImageRequest) -> ResolvedImage:
+    """Turn a partial request into one consistent image plan, or refuse with a reason."""
+    cat = load_catalog()
+    flavor = req.flavor
+    if flavor not in FLAVORS:
+        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {_join(FLAVORS)}")
+    cuda = _parse_cuda(cat, req.cuda)
+    if cuda == "cpu":
+        if flavor in ("devel", "ngc"):
+            raise CatalogError(f'image.cuda: "cpu" needs flavor cpu; got flavor {flavor}')
+        flavor = "cpu"
+    elif cuda is not None and flavor == "cpu":
+        raise CatalogError(f"image.cuda: flavor cpu has no CUDA; got {req.cuda}")
+    cuda_req = cuda if isinstance(cuda, _CudaReq) else None
+    cudnn = _parse_cudnn(req.cudnn, flavor)
+    python = _parse_python(req.python)
+    if flavor == "ngc":
+        if req.base is not None:
+            raise CatalogError("image.base: an explicit base image cannot be combined with ngc")
+        return _resolve_ngc(cat, req.torch, cuda_req, cudnn, python, req.os)
+    sel = _select_torch(cat, req.torch)
+    if req.base is not None:
+        return _resolve_custom(cat, req.base, flavor, sel, cuda_req, cudnn, python)
+    if flavor == "cpu":
+        return _resolve_cpu(cat, sel, python, req.os)
+    return _resolve_cuda(cat, flavor, sel, cuda_req, cudnn, python, req.os)
+
+
+class _Pins(NamedTuple):
+    torch: str | None = None
+    torchvision: str | None = None
+    torchaudio: str | None = None
+    variant: str | None = None
+    index_url: str | None = None
+
+    def fields(self) -> dict[str, str | None]:
+        """The ResolvedImage fields these pins fill."""
+        return {
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "torch_variant": self.variant,
+            "torch_index_url": self.index_url,
+        }
+
+
+def _pins(cat: Catalog, sel: _TorchSel | None, variant: str | None) -> _Pins:
+    if sel is None:
+        return _Pins()
+    return _Pins(
+        sel.patch.torch,
+        sel.patch.torchvision,
+        sel.patch.torchaudio,
+        variant,
+        cat.index_url.format(variant=variant) if variant else None,
+    )
+
+
+def _resolve_cpu(
+    cat: Catalog, sel: _TorchSel | None, python: str | None, os_name: str | None
+) -> ResolvedImage:
+    if os_name is not None and os_name != cat.cpu.os:
+        raise CatalogError(
+            f"image.os: flavor cpu uses {cat.cpu.template.format(python='X.Y')} images "
+            f"(os {cat.cpu.os}); got {os_name}"
+        )
+    warnings: list[str] = []
+    py = python or _default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
+    _check_python(sel, py, warnings)
+    if py not in cat.cpu.pythons:
+        raise CatalogError(
+            f"image.python: no {cat.cpu.template.format(python=py)} image; "
+            f"available: {cat.cpu.pythons[0]}{_DASH}{cat.cpu.pythons[-1]}"
+        )
+    if sel is not None:
+        _torch_warnings(sel, None, warnings)
+    pins = _pins(cat, sel, "cpu")
+    return ResolvedImage(
+        flavor="cpu",
+        base_image=cat.cpu.template.format(python=py),
+        os=cat.cpu.os,
+        python=py,
+        python_source="image",
+        **pins.fields(),
+        cuda=None,
+        cudnn=None,
+        min_driver=None,
+        recommended_driver=None,
+        cuda_archs=(),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _resolve_custom(
+    cat: Catalog,
+    base: str,
+    flavor: str,
+    sel: _TorchSel | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    variant: Variant | None = None
+    if flavor == "cpu":
+        variant_name: str | None = "cpu"
+        cuda_text = None
+    else:
+        if sel is not None:
+            variant = _choose_variant(sel, cuda)
+        variant_name = variant.variant if variant else None
+        cuda_text = cuda.text if cuda else (variant.cuda if variant else None)
+    py = python or _default_python(cat, sel, cat.cpu_python)
+    _check_python(sel, py, warnings)
+    if python is None:
+        warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
+    if sel is not None:
+        _torch_warnings(sel, variant, warnings)
+    pins = _pins(cat, sel, variant_name)
+    return ResolvedImage(
+        flavor=flavor,
+        base_image=base,
+        os=None,
+        python=py,
+        python_source="image",
+        **pins.fields(),
+        cuda=cuda_text,
+        cudnn=cudnn,
+        min_driver=min_driver_for(cuda_text) if cuda_text else None,
+        recommended_driver=_recommended_driver(cat, cuda_text, warnings),
+        cuda_archs=variant.archs if variant else (),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _check_glibc(cat: Catalog, sel: _TorchSel | None, os_name: str) -> None:
+    if sel is None:
+        return
+    have, need = cat.os[os_name].glibc, sel.release.glibc
+    if _vt(have) < _vt(need):
+        raise CatalogError(
+            f"image.os: torch {sel.patch.torch} wheels need glibc >= {need} "
+            f"(manylinux_{need.replace('.', '_')}); {os_name} has {have}"
+        )
+
+
+def _image_candidates(
+    cat: Catalog, xy: str, full: str | None, cudnn: str | None
+) -> list[CudaImage]:
+    """nvidia/cuda versions of this CUDA x.y (or exact patch) that have the wanted flavor."""
+    entries = [img for img in cat.cuda_images if img.xy == xy]
+    if full is not None:
+        exact = [img for img in entries if img.cuda == full]
+        if not exact:
+            patches = sorted((img.cuda for img in entries), key=_vt, reverse=True)
+            raise CatalogError(
+                f"image.cuda: no {cat.cuda_image} image for CUDA {full}; "
+                f"{xy} images: {_join(patches) or 'none'}"
+            )
+        entries = exact
+    if not entries:
+        raise CatalogError(f"image.cuda: no {cat.cuda_image} image for CUDA {xy}")
+    if cudnn is None:
+        return entries
+    with_cudnn = [img for img in entries if img.cudnn_major]
+    what = full or xy
+    if not with_cudnn:
+        alternatives = [
+            img.cuda for img in cat.cuda_images if img.xy == xy and img.cudnn_major == cudnn
+        ]
+        hint = f"; use {_join(alternatives)}" if alternatives else ""
+        raise CatalogError(f"image.cudnn: NVIDIA publishes no cuDNN flavor for CUDA {what}{hint}")
+    matching = [img for img in with_cudnn if img.cudnn_major == cudnn]
+    if not matching:
+        shipped = sorted({img.cudnn_major or "" for img in with_cudnn})
+        other = sorted(
+            {img.xy for img in cat.cuda_images if img.cudnn_major == cudnn},
+            key=_vt,
+        )
+        span = f"{other[0]}{_DASH}{other[-1]}" if other else "none"
+        raise CatalogError(
+            f"image.cudnn: CUDA {what} images ship cuDNN {'/'.join(shipped)}, not cuDNN {cudnn}; "
+            f"cuDNN {cudnn} images exist for CUDA {span}"
+        )
+    return matching
+
+
+def _choose_image(
+    cat: Catalog,
+    xy: str,
+    full: str | None,
+    kind: str,
+    cudnn: str | None,
+    os_name: str | None,
+    sel: _TorchSel | None,
+) -> tuple[CudaImage, str]:
+    entries = _image_candidates(cat, xy, full, cudnn)
+    flavor_text = f"{entries[0].cudnn_token}-{kind}" if cudnn else kind
+    with_cudnn = cudnn is not None
+    if os_name is not None:
+        ubuntus = [name for name in cat.os if name.startswith("ubuntu")]
+        if os_name not in ubuntus:
+            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {_join(ubuntus)}")
+        _check_glibc(cat, sel, os_name)
+        on_os = [img for img in entries if os_name in img.oses(with_cudnn)]
+        if not on_os:
+            have = sorted({o for img in entries for o in img.oses(with_cudnn)}, key=ubuntus.index)
+            raise CatalogError(
+                f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image for {os_name}; "
+                f"available: {_join(have) or 'none'}"
+            )
+    else:
+        for name in cat.ubuntu_preference:
+            if sel is not None and _vt(cat.os[name].glibc) < _vt(sel.release.glibc):
+                continue
+            on_os = [img for img in entries if name in img.oses(with_cudnn)]
+            if on_os:
+                os_name = name
+                break
+        else:
+            who = f" that torch {sel.patch.torch} supports" if sel else ""
+            raise CatalogError(
+                f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
+            )
+    return _newest(on_os, lambda img: img.cuda), os_name
+
+
+def _resolve_cuda(
+    cat: Catalog,
+    kind: str,
+    sel: _TorchSel | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+    os_name: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    variant: Variant | None = None
+    if sel is not None:
+        variant, image, os_name = _variant_with_image(
+            cat, kind, sel, cuda, cudnn, os_name, warnings
+        )
+    elif cuda is not None:
+        image, os_name = _choose_image(cat, cuda.xy, cuda.full, kind, cudnn, os_name, None)
+    else:
+        image, os_name = _newest_image(cat, kind, cudnn, os_name)
+    with_cudnn = cudnn is not None
+    tag = f"{image.cuda}-{image.flavor_tag(kind, with_cudnn)}-{os_name}"
+    base_image = f"{cat.cuda_image}:{tag}"
+
+    distro = cat.os[os_name].python
+    py = python or _default_python(cat, sel, distro)
+    _check_python(sel, py, warnings)
+
+    if image.confidence == "low":
+        warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
+    latest = _newest([img for img in cat.cuda_images if img.xy == image.xy], lambda i: i.cuda)
+    if _vt(image.cuda) < _vt(latest.cuda):
+        warnings.append(
+            f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
+            "NVIDIA deletes superseded tags after EOL, so it may disappear (pin a digest)"
+        )
+    if sel is not None:
+        _torch_warnings(sel, variant, warnings)
+        if with_cudnn:
+            warnings.append(
+                f"torch {sel.patch.torch} wheels bundle their own cuDNN; "
+                "the cuDNN image ships it a second time"
+            )
+    pins = _pins(cat, sel, variant.variant if variant else None)
+    return ResolvedImage(
+        flavor=kind,
+        base_image=base_image,
+        os=os_name,
+        python=py,
+        python_source="distro" if py == distro else "deadsnakes",
+        **pins.fields(),
+        cuda=image.cuda,
+        cudnn=cudnn,
+        min_driver=min_driver_for(image.cuda),
+        recommended_driver=_recommended_driver(cat, image.cuda, warnings),
+        cuda_archs=variant.archs if variant else (),
+        ngc_tag=None,
+        warnings=tuple(warnings),
+    )
+
+
+def _variant_with_image(
+    cat: Catalog,
+    kind: str,
+    sel: _TorchSel,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    os_name: str | None,
+    warnings: list[str],
+) -> tuple[Variant, CudaImage, str]:
+    """Variant and image together: without an explicit CUDA, fall back to another stable
+    variant when the default one has no image for the requested OS / cuDNN."""
+    default = _choose_variant(sel, cuda)
+    try:
+        image, chosen_os = _choose_image(
+            cat, default.cuda, cuda.full if cuda else None, kind, cudnn, os_name, sel
+        )
+        return default, image, chosen_os
+    except CatalogError:
+        if cuda is not None or (os_name is None and cudnn is None):
+            raise
+        others = sorted(
+            (v for v in sel.release.variants if v is not default),
+            key=lambda v: (v.status == "stable", _vt(v.cuda)),
+            reverse=True,
+        )
+        for other in others:
+            try:
+                image, chosen_os = _choose_image(cat, other.cuda, None, kind, cudnn, os_name, sel)
+            except CatalogError:
+                continue
+            warnings.append(
+                f"torch {sel.patch.torch} default {default.variant} has no matching image; "
+                f"using {other.variant}"
+            )
+            return other, image, chosen_os
+        raise
+
+
+def _newest_image(
+    cat: Catalog, kind: str, cudnn: str | None, os_name: str | None
+) -> tuple[CudaImage, str]:
+    """No torch and no CUDA asked for: the newest CUDA x.y with a matching image."""
+    first_error: CatalogError | None = None
+    for xy in sorted({img.xy for img in cat.cuda_images}, key=_vt, reverse=True):
+        try:
+            return _choose_image(cat, xy, None, kind, cudnn, os_name, None)
+        except CatalogError as err:
+            first_error = first_error or err
+    assert first_error is not None
+    raise first_error
+
+
+def _resolve_ngc(
+    cat: Catalog,
+    torch: str | None,
+    cuda: _CudaReq | None,
+    cudnn: str | None,
+    python: str | None,
+    os_name: str | None,
+) -> ResolvedImage:
+    warnings: list[str] = []
+    rows = list(cat.ngc)
+    torch_xy: str | None = None
+    if torch is not None:
+        text = torch.strip()
+        m = _TORCH_RE.match(text)
+        if text.lower() == "none" or not m:
+            raise CatalogError(
+                f"image.torch: flavor ngc ships NVIDIA's torch; give a version like 2.4 "
+                f"or leave it unset; got {torch!r}"
+            )
+        torch_xy = f"{int(m.group(1))}.{int(m.group(2))}"
+        rows = [r for r in rows if r.torch_xy == torch_xy]
+        if not rows:
+            minors = sorted({r.torch_xy for r in cat.ngc}, key=_vt)
+            raise CatalogError(
+                f"image.torch: no NGC PyTorch container ships torch {torch_xy}; "
+                f"available: {_join(minors)}"
+            )
+    if cuda is not None:
+        with_cuda = [r for r in rows if _xy(r.cuda) == cuda.xy and (cuda.full in (None, r.cuda))]
+        if not with_cuda:
+            tags = _join(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
+            raise CatalogError(
+                f"image.cuda: no NGC PyTorch container with CUDA {cuda.text}; candidates: {tags}"
+            )
+        rows = with_cuda
+    if os_name is not None:
+        on_os = [r for r in rows if r.os == os_name]
+        if not on_os:
+            oses = sorted({r.os for r in rows})
+            raise CatalogError(
+                f"image.os: no matching NGC PyTorch container on {os_name}; "
+                f"available: {_join(oses)}"
+            )
+        rows = on_os
+    if python is not None:
+        best = _newest(rows, _ngc_key)
+        with_py = [r for r in rows if r.python == python]
+        if not with_py:
+            raise CatalogError(
+                f"image.python: NGC {best.tag} ships Python {best.python}; got {python} "
+                "(NGC images bring their own Python)"
+            )
+        rows = with_py
+    if cudnn is not None:
+        with_cudnn = [r for r in rows if r.cudnn is None or r.cudnn.split(".")[0] == cudnn]
+        if not with_cudnn:
+            best = _newest(rows, _ngc_key)
+            raise CatalogError(
+                f"image.cudnn: NGC {best.tag} ships cuDNN {best.cudnn}; got cuDNN {cudnn}"
+            )
+        rows = with_cudnn
+    row = _newest(rows, _ngc_key)
+    if row.confidence == "low":
+        warnings.append(
+            f"NGC {row.tag} versions (torch {row.torch}, CUDA {row.cuda}) are a low-confidence "
+            "catalog row; check the NGC release notes"
+        )
+    if torch is not None and torch.count(".") == 2:
+        warnings.append(
+            f"NGC {row.tag} ships NVIDIA's pre-release build {row.torch}, not torch {torch}"
+        )
+    return ResolvedImage(
+        flavor="ngc",
+        base_image=cat.ngc_image.format(tag=row.tag),
+        os=row.os,
+        python=row.python,
+        python_source="image",
+        torch=None,
+        torchvision=None,
+        torchaudio=None,
+        torch_variant=None,
+        torch_index_url=None,
+        cuda=row.cuda,
+        cudnn=cudnn,
+        min_driver=min_driver_for(row.cuda),
+        recommended_driver=_recommended_driver(cat, row.cuda, warnings),
+        cuda_archs=(),
+        ngc_tag=row.tag,
+        warnings=tuple(warnings),
+        ngc_torch=row.torch,
+    )
+
+
+def _ngc_key(row: NgcRelease) -> str:
+    return row.tag

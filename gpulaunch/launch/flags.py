@@ -1,0 +1,107 @@
+"""The run flags and config values that become parts of a run: mounts (with warnings for
+mounts that hand over the host), GPU requests, `--env`, and the script command line.
+One validator serves a flag and its config field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from gpulaunch.engine.runspec import WORKSPACE, Mount
+from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import env_item, parse_gpus, single_line, split_mount
+
+
+def parse_mount(spec: str, project: Path, where: str) -> Mount:
+    """`host:container[:ro|rw]`; the host path must exist and /workspace must stay the project.
+
+    The resolved host path must also be printable in docker's comma-separated --mount
+    syntax, so the dry-run line and the SDK call mount the same thing.
+    """
+    try:
+        host, norm, read_only = split_mount(spec)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    source = (project / os.path.expanduser(host)).resolve()
+    if not source.exists():
+        raise ConfigError(f"{where}: host path {host!r} does not exist")
+    try:
+        single_line(str(source))
+    except ValueError as err:
+        raise ConfigError(f"{where}: host path {str(source)!r} {err}") from None
+    if "," in str(source) or '"' in str(source):
+        raise ConfigError(f"{where}: host path {str(source)!r} contains a comma or quote")
+    if norm == WORKSPACE or WORKSPACE.startswith(norm.rstrip("/") + "/") or norm == "/":
+        raise ConfigError(f"{where}: {norm!r} would hide the project mounted at {WORKSPACE}")
+    return Mount(str(source), norm, read_only)
+
+
+def mount_warnings(mount: Mount, where: str) -> list[str]:
+    """Mounts that hand the container the host: `/`, the Docker socket, the home folder."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    if mount.source == "/":
+        what = "the host's root folder /"
+    elif mount.source in DOCKER_SOCKETS or os.path.basename(mount.source) == "docker.sock":
+        what = f"the Docker socket {mount.source} (root on the host to anyone in the container)"
+    elif mount.source == home and home != "/":
+        what = f"your home folder {home} (keys, tokens, shell history)"
+    else:
+        return []
+    mode = "read-only" if mount.read_only else "writable"
+    return [f"{where}: mounts {what} {mode} into the container"]
+
+
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+
+def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:
+    """Number of GPUs a request means, or None when unknown ("all" without host info)."""
+    if isinstance(gpus, int):
+        return gpus
+    if gpus == "all":
+        return host_gpus
+    return len(gpus.split(","))
+
+
+def parse_gpus_flag(value: str | None, default: int | str) -> int | str:
+    """--gpus with the same rules as `launch.gpus` (one validator serves both)."""
+    if value is None:
+        return default
+    try:
+        return parse_gpus(value)
+    except ValueError as err:
+        raise ConfigError(f"--gpus: {err}") from None
+
+
+def parse_env_flags(values: list[str]) -> dict[str, str]:
+    """--env KEY=VALUE with the same rules as the config's `env:` maps."""
+    env: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--env: {item!r} is not NAME=VALUE")
+        try:
+            env_item(key, value)
+        except ValueError as err:
+            raise ConfigError(f"--env: {err}") from None
+        env[key] = value
+    return env
+
+
+def script_command(
+    script: str, args: list[str], project: Path, cwd: Path, nproc: int, wrapper: str | None
+) -> list[str]:
+    """python SCRIPT (one process) or torchrun --standalone --nproc-per-node N SCRIPT."""
+    path = (cwd / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"script: {script!r} not found")
+    try:
+        rel = path.relative_to(project)
+    except ValueError:
+        raise ConfigError(f"script: {script!r} is outside the project {project}") from None
+    target = str(PurePosixPath(WORKSPACE) / rel.as_posix())
+    if nproc > 1:
+        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
+        return [*head, *([wrapper, target] if wrapper else [target]), *args]
+    return ["python", *([wrapper] if wrapper else []), target, *args]

@@ -1,0 +1,375 @@
+"""The `run` use case: config + flags + profiles + topology -> one RunPlan.
+
+The same plan drives a container (docker SDK) and host mode (`--no-container`): env,
+torchrun, the NUMA wrapper and the precision helper are identical; only where the process
+starts differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, base_labels, new_run_id
+from gpulaunch.errors import ConfigError, TopologyError
+from gpulaunch.image.build import PreparedBuild
+from gpulaunch.launch.flags import (
+    gpu_count,
+    mount_warnings,
+    parse_env_flags,
+    parse_gpus_flag,
+    parse_mount,
+    script_command,
+)
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProjectConfig
+    from gpulaunch.launch.numa import NumaPlan
+    from gpulaunch.launch.profiles import ResolvedLaunch
+    from gpulaunch.launch.topology import Topology
+
+CONTAINER_LIB = "/opt/gpulaunch/lib"
+CONTAINER_NUMA_BIND = "/opt/gpulaunch/bin/numa_bind.py"
+PRECISION_MODULE = "gpulaunch_precision.py"
+
+
+@dataclass
+class RunOptions:
+    script: str | None = None
+    args: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # after `--`: run as-is
+    gpus: str | None = None
+    nproc: int | None = None
+    env: list[str] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+    network: str | None = None
+    detach: bool = False
+    profile: str | None = None
+    nccl: str | None = None
+    nccl_ifname: str | None = None
+    numa: str | None = None
+    precision: str | None = None
+    expandable_segments: bool | None = None
+    no_container: bool = False
+
+
+@dataclass
+class LaunchPlan:
+    """What --dry-run shows: the run plan plus where each setting came from."""
+
+    run: RunPlan
+    launch: ResolvedLaunch
+    numa: NumaPlan
+    topology_source: str
+    host_mode: bool = False
+    gpu_check: str = "not validated"
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"profile: {self.launch.profile}"]
+        for name, item in self.launch.settings().items():
+            lines.append(f"{name}: {item.value}  ({item.source})")
+        lines.append(f"topology: {self.topology_source}")
+        lines.append(f"gpus: {self.gpu_check}")
+        lines += [f"numa {line}" for line in self.numa.describe()] or ["numa: no CPU binding"]
+        lines += [f"note: {n}" for n in (*self.numa.notes, *self.launch.notes)]
+        return lines
+
+
+def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
+    """The engine host's topology when this machine is that host and it can be known, and
+    when it is None, why (shown by --dry-run: the GPUs were then not validated).
+
+    NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
+    without a driver is not trusted for validation, and a remote DOCKER_HOST is not here.
+    Only the failures a real host produces are advisory: the driver refusing a query
+    (NvmlError) and an unreadable sysfs (OSError). Anything else (bindings without a
+    function, a bug) is raised, because swallowing it would silently skip the validation.
+    """
+    host = env.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return None, f"the engine is remote (DOCKER_HOST={host})"
+    from gpulaunch.engine.nvml import NvmlError
+    from gpulaunch.launch.topology import discover
+
+    try:
+        topo = discover(env)
+    except NvmlError as err:
+        return None, f"GPU discovery failed: {err.message}"
+    except OSError as err:
+        return None, f"GPU discovery failed: cannot read {err.filename or 'sysfs'}: {err.strerror}"
+    if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
+        return topo, ""
+    return None, "no NVML (nvidia-ml-py not installed or no driver); sysfs alone is not trusted"
+
+
+def _cpuset(value: Any) -> frozenset[int] | None:
+    if not value:
+        return None
+    from gpulaunch.cpulist import parse_cpulist
+
+    return parse_cpulist(str(value))
+
+
+def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: str | None) -> None:
+    docker = {key: item.value for key, item in launch.docker.items()}
+    if docker.get("ipc"):
+        plan.ipc = str(docker["ipc"])
+    if docker.get("shm_size"):
+        plan.shm_size = str(docker["shm_size"])
+        if plan.ipc == "host":
+            plan.ipc = None  # a private /dev/shm of that size instead of the host's
+    if docker.get("network") and not cli_network and plan.network is None:
+        plan.network = str(docker["network"])
+    plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add") or []))
+    plan.devices = sorted(set(plan.devices) | set(docker.get("devices") or []))
+    plan.ulimits = {**NGC_ULIMITS, **dict(docker.get("ulimits") or {})}
+    if docker.get("cpuset_cpus"):
+        plan.cpuset_cpus = str(docker["cpuset_cpus"])
+
+
+def plan_run(
+    config: ProjectConfig,
+    project: Path,
+    cwd: Path,
+    opts: RunOptions,
+    image: str,
+    env: dict[str, str] | None = None,
+) -> LaunchPlan:
+    from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
+    from gpulaunch.launch.presets import detect_interconnect
+    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+
+    if opts.numa is not None and opts.numa not in MODES:
+        raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
+    environ = dict(os.environ if env is None else env)
+    topo, untrusted_why = _trusted_topology(environ)
+    host_gpus = None if topo is None else len(topo.gpus)
+    gpus = parse_gpus_flag(opts.gpus, config.launch.gpus)
+    if not opts.no_container:
+        check_host(config, gpus, environ)
+    count = gpu_count(gpus, host_gpus)
+    selected: tuple[Any, ...] = ()
+    if topo is not None and gpus not in (0, "0"):
+        try:
+            selected = select_gpus(topo, gpus)
+        except TopologyError as err:
+            raise ConfigError(f"--gpus: {err.message}") from None
+        count = len(selected)
+    if opts.script and opts.command:
+        raise ConfigError("run: give either SCRIPT [ARGS] or -- COMMAND, not both")
+    nproc = opts.nproc or config.launch.nproc or (count if count and count > 0 else 1)
+
+    use_gpus = gpus not in (0, "0")
+    cli = CliOverrides(
+        profile=opts.profile,
+        nccl=opts.nccl,
+        numa=opts.numa,
+        precision=opts.precision,
+        expandable_segments=opts.expandable_segments,
+        env=parse_env_flags(opts.env),
+        nccl_ifname=opts.nccl_ifname,
+    )
+    launch = resolve_launch(
+        config,
+        cli,
+        interconnect=detect_interconnect(environ) if use_gpus else None,
+        gpu_names=[g.name for g in selected if g.name],
+    )
+    cpuset = launch.docker.get("cpuset_cpus")
+    allowed = _cpuset(cpuset.value) if cpuset is not None else None
+    numa_mode = str(launch.numa.value)
+    if topo is not None and selected and numa_mode != "off":
+        try:
+            numa = plan_numa(topo, selected, numa_mode, allowed)
+        except TopologyError as err:
+            raise ConfigError(f"--numa: {err.message}") from None
+    else:
+        note = () if numa_mode == "off" else ("no GPU topology for this run; CPU binding off",)
+        numa = plan_numa(topo, (), "off") if topo is not None else _no_plan(note)
+    if numa.ranks and len(numa.ranks) < nproc:
+        raise ConfigError(
+            f"--nproc: {nproc} processes but the NUMA plan has {len(numa.ranks)} ranks"
+        )
+
+    host_mode = opts.no_container
+    bind_script = _numa_bind_path(host_mode) if numa.ranks else None
+    if opts.script:
+        command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script)
+        if host_mode:
+            command = _host_paths(command, project)
+    elif opts.command:
+        command = list(opts.command)
+    else:
+        raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
+    if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
+        command[command.index("--nproc-per-node") + 1] = "gpu"
+
+    lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
+    run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+    run_env["PYTHONPATH"] = lib_dir
+    run_env.update(launch.env_values())
+    run_env.update(numa.to_env())
+    if host_mode:
+        run_env.pop("HOME")
+        if use_gpus and isinstance(gpus, str) and gpus != "all":
+            run_env["CUDA_VISIBLE_DEVICES"] = gpus
+
+    mounts = [Mount(str(project), WORKSPACE)]
+    user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
+    mount_notes: list[str] = []
+    for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
+        mounts.append(parse_mount(spec, project, where))
+        mount_notes += mount_warnings(mounts[-1], where)
+    if mount_notes:
+        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
+    mounts += _helper_mounts(bool(numa.ranks))
+    targets = [m.target for m in mounts]
+    if len(set(targets)) != len(targets):
+        raise ConfigError("--mount: two mounts share the same container path")
+
+    run_id = new_run_id()
+    network = opts.network or config.launch.network
+    plan = RunPlan(
+        image=image,
+        name=f"gl-{config.name.replace('/', '-')}-{run_id}",
+        command=command,
+        env=run_env,
+        mounts=mounts,
+        user=f"{os.getuid()}:{os.getgid()}",
+        gpus=gpus,
+        labels=base_labels(config.name, run_id),
+        network=None if network == "default" else network,
+        nproc=nproc,
+        numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
+    )
+    _apply_docker_options(plan, launch, opts.network)
+    if plan.network == "none":  # a profile may choose it after the plan was made
+        plan.pin_hostname()
+    source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
+    return LaunchPlan(plan, launch, numa, source, host_mode, _gpu_check(gpus, topo, untrusted_why))
+
+
+def _gpu_check(gpus: int | str, topo: Topology | None, why: str) -> str:
+    """One line for --dry-run: whether --gpus was checked against this host's GPUs."""
+    if gpus in (0, "0"):
+        return "no GPUs requested"
+    if topo is None:
+        return f"not validated: {why}"
+    return f"validated against this host's {len(topo.gpus)} GPU(s) ({topo.source})"
+
+
+def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> None:
+    """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
+    if gpus in (0, "0"):
+        return
+    host = env.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return
+    from gpulaunch.image import compat
+    from gpulaunch.image.render import image_request
+    from gpulaunch.image.resolver import resolve
+
+    info = compat.probe(env)
+    if info is None:
+        return
+    if isinstance(gpus, int):
+        selected: list[int] | None = list(range(min(gpus, len(info.names))))
+    elif gpus != "all" and all(part.isdigit() for part in gpus.split(",")):
+        selected = [int(part) for part in gpus.split(",") if int(part) < len(info.names)]
+    else:
+        selected = None
+    compat.check(resolve(image_request(config)), info, selected)
+
+
+def _no_plan(notes: tuple[str, ...]) -> NumaPlan:
+    from gpulaunch.launch.numa import NumaPlan
+
+    return NumaPlan(mode="off", ranks=(), notes=notes)
+
+
+def _numa_bind_path(host_mode: bool) -> str:
+    from gpulaunch.launch.numa import numa_bind_script
+
+    return str(numa_bind_script()) if host_mode else CONTAINER_NUMA_BIND
+
+
+def _helper_mounts(with_numa: bool) -> list[Mount]:
+    """The precision helper (always) and the NUMA wrapper (when binding), read-only."""
+    from gpulaunch.launch.numa import numa_bind_script
+
+    helper = Path(__file__).resolve().parent / "precision_helper.py"
+    mounts = [Mount(str(helper), f"{CONTAINER_LIB}/{PRECISION_MODULE}", True)]
+    if with_numa:
+        mounts.append(Mount(str(numa_bind_script()), CONTAINER_NUMA_BIND, True))
+    return mounts
+
+
+def host_lib_dir(project: Path) -> Path:
+    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH."""
+    return project / ".gpulaunch" / "lib"
+
+
+def write_run_files(plan: LaunchPlan, project: Path) -> None:
+    """The files a real run needs in the project; plan_run itself writes nothing (--dry-run).
+
+    Both go through the one writer: a planted link (`.gpulaunch -> /elsewhere`, or the
+    helper's name linked to a file outside) is refused, never written through.
+    """
+    from gpulaunch.fsio import make_dirs, write_file
+
+    if plan.host_mode:
+        helper = Path(__file__).resolve().parent / "precision_helper.py"
+        target = host_lib_dir(project) / PRECISION_MODULE
+        write_file(target, helper.read_bytes(), root=project, force=True)
+    if plan.launch.log_dir:
+        make_dirs(project / plan.launch.log_dir, root=project)
+
+
+def _host_paths(command: list[str], project: Path) -> list[str]:
+    """Container paths (/workspace/...) back to host paths for --no-container."""
+    out = []
+    for part in command:
+        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
+            part = str(project) + part[len(WORKSPACE) :]
+        out.append(part)
+    import sys
+
+    if out and out[0] == "python":
+        out[0] = sys.executable
+    elif out and out[0] == "torchrun":
+        out[:1] = [sys.executable, "-m", "torch.distributed.run"]
+    return out
+
+
+def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if prepared is not None:
+        data["image"] = {
+            "tag": prepared.tag,
+            "builder": prepared.plan.builder,
+            "build_args": prepared.request.build_args,
+            "network": prepared.request.network,
+            "base_image": prepared.plan.resolved.base_image,
+        }
+    run = plan.run.to_json()
+    if plan.host_mode:
+        run = {k: run[k] for k in ("command", "nproc", "env", "numa")}
+        run["mode"] = "host"
+    data["run"] = run
+    data["profile"] = plan.launch.profile
+    data["sources"] = {k: v.source for k, v in sorted(plan.launch.env.items())}
+    data["settings"] = {
+        name: {"value": item.value, "source": item.source}
+        for name, item in plan.launch.settings().items()
+    }
+    data["numa_plan"] = plan.run.numa
+    data["gpu_check"] = {
+        "validated": plan.gpu_check.startswith("validated"),
+        "detail": plan.gpu_check,
+    }
+    data["warnings"] = list(plan.launch.warnings)
+    data["notes"] = [*plan.numa.notes, *plan.launch.notes]
+    return data

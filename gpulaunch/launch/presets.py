@@ -1,0 +1,292 @@
+"""The data behind launch profiles: built-in profiles, NCCL presets, environment-name rules
+(deprecated and non-existent variables), precision variables, and the interconnect and
+compute-capability facts the `auto` choices read.
+
+All of it comes from YAML files in `gpulaunch/data/`; nothing here merges profiles.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProfileSpec
+
+
+PRECISION_VAR = "GPULAUNCH_PRECISION"
+ALLOC_VAR = "PYTORCH_ALLOC_CONF"
+LEGACY_ALLOC_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DOCKER_KEYS = ("shm_size", "ipc", "network", "cap_add", "devices", "ulimits", "cpuset_cpus")
+SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
+
+
+# Only variables that something really reads (launch research §6). Lightning 2.x reads
+# PL_TRAINER_PRECISION through `_defaults_from_env_vars`; an explicit Trainer(precision=) wins.
+# No variable turns on torch.autocast: plain scripts use gpulaunch_precision (GPULAUNCH_PRECISION).
+_PRECISION_ENV: dict[str, dict[str, str]] = {
+    "fp32": {
+        PRECISION_VAR: "fp32",
+        "ACCELERATE_MIXED_PRECISION": "no",
+        "PL_TRAINER_PRECISION": "32-true",
+        # NGC images set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; strict fp32 turns it back off,
+        # and NVIDIA_TF32_OVERRIDE=0 keeps cuBLAS/cuDNN from using TF32 at all.
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0",
+        "NVIDIA_TF32_OVERRIDE": "0",
+    },
+    "tf32": {
+        PRECISION_VAR: "tf32",
+        "ACCELERATE_MIXED_PRECISION": "no",
+        "PL_TRAINER_PRECISION": "32-true",
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1",
+    },
+    "fp16": {
+        PRECISION_VAR: "fp16",
+        "ACCELERATE_MIXED_PRECISION": "fp16",
+        "PL_TRAINER_PRECISION": "16-mixed",
+    },
+    "bf16": {
+        PRECISION_VAR: "bf16",
+        "ACCELERATE_MIXED_PRECISION": "bf16",
+        "PL_TRAINER_PRECISION": "bf16-mixed",
+    },
+}
+
+
+@dataclass(frozen=True)
+class NcclPreset:
+    name: str
+    label: str
+    description: str
+    env: Mapping[str, str]
+    docker: Mapping[str, Any]
+    ifname_default: str | None
+    log_dir_host: str | None
+    log_dir_container: str | None
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvNameRule:
+    name: str
+    status: str  # deprecated | renamed | removed | nonexistent
+    replacement: str
+    reason: str
+    translate: bool
+
+    def message(self) -> str:
+        if self.status == "nonexistent":
+            return (
+                f"{self.name} does not exist and has no effect; "
+                f"use {self.replacement} ({self.reason})"
+            )
+        if self.status == "removed":
+            return f"{self.name} has no effect any more; use {self.replacement} ({self.reason})"
+        if self.status == "renamed":
+            return f"{self.name} is an old name; use {self.replacement} ({self.reason})"
+        return f"{self.name} is deprecated; use {self.replacement} ({self.reason})"
+
+
+def _data_text(*parts: str) -> str:
+    return resources.files("gpulaunch").joinpath("data", *parts).read_text(encoding="utf-8")
+
+
+def _parse(text: str, source: str) -> Any:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    return parse_yaml_text(text, source)
+
+
+@lru_cache(maxsize=1)
+def _builtin_specs() -> dict[str, ProfileSpec]:
+    from pydantic import ValidationError
+
+    from gpulaunch.config import ProfileSpec, validation_message
+
+    folder = resources.files("gpulaunch").joinpath("data", "profiles")
+    specs: dict[str, ProfileSpec] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        name = entry.name.removesuffix(".yaml")
+        source = f"built-in profile {name}"
+        data = _parse(entry.read_text(encoding="utf-8"), source)
+        try:
+            specs[name] = ProfileSpec.model_validate(data or {})
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {validation_message(err, ProfileSpec)}") from None
+    return specs
+
+
+def builtin_profiles() -> dict[str, ProfileSpec]:
+    """The profiles shipped in gpulaunch/data/profiles (copies: callers may modify them)."""
+    return {name: spec.model_copy(deep=True) for name, spec in _builtin_specs().items()}
+
+
+@lru_cache(maxsize=1)
+def nccl_presets() -> dict[str, NcclPreset]:
+    """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+    from gpulaunch.config import DockerOptions, validation_message
+
+    class _LogDir(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        host: str
+        container: str
+
+    class _Preset(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        label: str
+        description: str
+        env: dict[str, str] = Field(default_factory=dict)
+        docker: DockerOptions = Field(default_factory=DockerOptions)
+        ifname_default: str | None = None
+        log_dir: _LogDir | None = None
+        notes: list[str] = Field(default_factory=list)
+
+    class _File(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        version: int
+        presets: dict[str, _Preset]
+
+    source = "gpulaunch/data/nccl_presets.yaml"
+    try:
+        parsed = _File.model_validate(_parse(_data_text("nccl_presets.yaml"), source))
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {validation_message(err, _File)}") from None
+    out: dict[str, NcclPreset] = {}
+    for name, preset in parsed.presets.items():
+        out[name] = NcclPreset(
+            name=name,
+            label=preset.label,
+            description=" ".join(preset.description.split()),
+            env=dict(preset.env),
+            docker=_docker_dict(preset.docker),
+            ifname_default=preset.ifname_default,
+            log_dir_host=preset.log_dir.host if preset.log_dir else None,
+            log_dir_container=preset.log_dir.container if preset.log_dir else None,
+            notes=tuple(preset.notes),
+        )
+    return out
+
+
+@lru_cache(maxsize=1)
+def _env_rules() -> tuple[dict[str, EnvNameRule], dict[str, tuple[re.Pattern[str], str]]]:
+    source = "gpulaunch/data/env_names.yaml"
+    data = _parse(_data_text("env_names.yaml"), source)
+    names: dict[str, EnvNameRule] = {}
+    for name, item in (data.get("names") or {}).items():
+        names[name] = EnvNameRule(
+            name=name,
+            status=str(item["status"]),
+            replacement=str(item["replacement"]),
+            reason=" ".join(str(item["reason"]).split()),
+            translate=bool(item.get("translate", False)),
+        )
+    values = {
+        name: (re.compile(str(item["pattern"])), " ".join(str(item["reason"]).split()))
+        for name, item in (data.get("values") or {}).items()
+    }
+    return names, values
+
+
+def env_name_rules() -> dict[str, EnvNameRule]:
+    """Deprecated / renamed / removed / non-existent variable names, by name."""
+    return dict(_env_rules()[0])
+
+
+def check_env_names(env: Mapping[str, str]) -> list[str]:
+    """Warnings for deprecated, renamed, removed or invented variable names and legacy values."""
+    return [message for _, message, _ in _name_findings(env)]
+
+
+def _name_findings(env: Mapping[str, str]) -> list[tuple[str, str, EnvNameRule | None]]:
+    names, values = _env_rules()
+    found: list[tuple[str, str, EnvNameRule | None]] = []
+    for key in sorted(env):
+        rule = names.get(key)
+        if rule is not None:
+            found.append((key, rule.message(), rule))
+        legacy = values.get(key)
+        if legacy is not None and legacy[0].search(str(env[key])):
+            found.append((key, f"{key}={env[key]}: {legacy[1]}", None))
+    return found
+
+
+def precision_env(precision: str) -> dict[str, str]:
+    """Variables a precision mode sets. Only names that something really reads."""
+    try:
+        return dict(_PRECISION_ENV[precision])
+    except KeyError:
+        raise ConfigError(
+            f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}"
+        ) from None
+
+
+def gpu_compute_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability of a GPU product name from the catalog, or None when unknown."""
+    from gpulaunch.image.compat import gpu_compute_capability as catalog_cc
+
+    return _parse_cc(catalog_cc(name))
+
+
+def _parse_cc(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple | list) and len(value) >= 2:
+        return (int(value[0]), int(value[1]))
+    match = re.match(r"^\s*(\d+)\.(\d+)", str(value))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:
+    """ "nvlink" when NVML reports an active NVLink on any GPU, "pcie" when it reports none,
+    None when it cannot tell (no pynvml, no driver, no GPU, or a sysfs fixture is in use)."""
+    from gpulaunch.engine import nvml
+
+    with nvml.session(os.environ if env is None else env) as lib:
+        if lib is None:
+            return None
+        try:
+            return _nvlink_state(lib)
+        except Exception:
+            return None
+
+
+def _nvlink_state(lib: Any) -> str | None:
+    count = int(lib.nvmlDeviceGetCount())
+    if count == 0:
+        return None
+    max_links = int(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18))
+    enabled = getattr(lib, "NVML_FEATURE_ENABLED", 1)
+    for index in range(count):
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        for link in range(max_links):
+            try:
+                if lib.nvmlDeviceGetNvLinkState(handle, link) == enabled:
+                    return "nvlink"
+            except Exception:  # NotSupported / InvalidArgument past the last link
+                break
+    return "pcie"
+
+
+def _docker_dict(options: Any) -> dict[str, Any]:
+    """Set docker options only (None and empty lists/dicts mean "not set")."""
+    out: dict[str, Any] = {}
+    for key in DOCKER_KEYS:
+        value = getattr(options, key)
+        if value is None or value == [] or value == {}:
+            continue
+        if isinstance(value, list | dict):
+            value = type(value)(value)  # a copy: merging must not change the spec
+        out[key] = value
+    return out

@@ -1,0 +1,494 @@
+"""Launch profiles resolved: built-ins, the config's `profiles:` (with `extends:`), the
+config's `launch:` and the command line merged into one `ResolvedLaunch`, every value
+with its source.
+
+Precedence: CLI > `--profile` > `launch:` > built-ins. `extends:` chains are resolved once
+each (memoised) and cycles are named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.launch.presets import DOCKER_KEYS, _docker_dict
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProfileSpec, ProjectConfig
+from gpulaunch.launch.presets import (
+    ALLOC_VAR,
+    LEGACY_ALLOC_VAR,
+    PRECISIONS,
+    _builtin_specs,
+    _name_findings,
+    gpu_compute_capability,
+    nccl_presets,
+    precision_env,
+)
+
+CONFIG_ORIGIN = "gpulaunch.yaml"
+BUILTIN_ORIGIN = "built-in"
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it came from, for `gpulaunch profiles show`."""
+
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class CliOverrides:
+    profile: str | None = None
+    nccl: str | None = None
+    numa: str | None = None
+    precision: str | None = None
+    expandable_segments: bool | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    nccl_ifname: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    profile: str
+    nccl: Sourced | None
+    numa: Sourced
+    precision: Sourced | None
+    expandable_segments: Sourced
+    env: dict[str, Sourced]
+    docker: dict[str, Sourced]
+    log_dir: str | None
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def env_values(self) -> dict[str, str]:
+        return {key: str(item.value) for key, item in sorted(self.env.items())}
+
+    def settings(self) -> dict[str, Sourced]:
+        """The four launch settings that are set, in display order."""
+        names = ("nccl", "numa", "precision", "expandable_segments")
+        return {name: item for name in names if (item := getattr(self, name)) is not None}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    origin: str  # BUILTIN_ORIGIN | CONFIG_ORIGIN
+    spec: ProfileSpec
+
+    @property
+    def source(self) -> str:
+        if self.origin == BUILTIN_ORIGIN:
+            return f"built-in profile {self.name}"
+        return f"profile {self.name} ({CONFIG_ORIGIN})"
+
+    @property
+    def path(self) -> str:
+        if self.origin == BUILTIN_ORIGIN:
+            return f"built-in profile {self.name}"
+        return f"profiles.{self.name}"
+
+
+def _namespace(config: ProjectConfig | None) -> dict[str, _Entry]:
+    table = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+    if config is not None:
+        table.update({n: _Entry(n, CONFIG_ORIGIN, s) for n, s in config.profiles.items()})
+    return table
+
+
+def list_profiles(config: ProjectConfig | None) -> list[tuple[str, str, str]]:
+    """(name, origin, description) rows: `default` first, then by name."""
+    rows = []
+    for name, entry in _namespace(config).items():
+        spec = entry.spec
+        description = spec.description or (f"extends {spec.extends}" if spec.extends else "")
+        rows.append((name, entry.origin, description))
+    return sorted(rows, key=lambda row: (row[0] != "default", row[0]))
+
+
+class _Chains:
+    """`extends` chains of one profile namespace, each link followed once (memoised).
+
+    Resolving every profile of a 2000-long chain used to walk it again per profile and
+    compare against every link seen: cubic time. Here each entry's chain is computed once
+    and reused by every profile that extends it. A user profile that extends its own name
+    extends the built-in of that name.
+    """
+
+    def __init__(self, table: Mapping[str, _Entry]) -> None:
+        self.table = table
+        self.builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+        self.checked: set[tuple[str, str]] = set()
+
+    def parent(self, current: _Entry) -> _Entry | None:
+        parent_name = current.spec.extends
+        if parent_name is None:
+            return None
+        if parent_name == current.name and current.origin == CONFIG_ORIGIN:
+            parent = self.builtins.get(parent_name)
+            if parent is None:
+                raise ConfigError(
+                    f"{current.path}.extends: {parent_name!r} extends itself "
+                    "(only a built-in profile of the same name may be extended this way)"
+                )
+            return parent
+        parent = self.table.get(parent_name)
+        if parent is None:
+            raise ConfigError(
+                f"{current.path}.extends: unknown profile {parent_name!r} "
+                f"(available: {', '.join(sorted(self.table))})"
+            )
+        return parent
+
+    def check(self, start: _Entry) -> None:
+        """Follow `start`'s links until a profile already checked; each link is followed once
+        over all calls."""
+        walk: list[_Entry] = []
+        on_walk: set[tuple[str, str]] = set()
+        current: _Entry | None = start
+        while current is not None:
+            ident = (current.name, current.origin)
+            if ident in self.checked:
+                break
+            if ident in on_walk:
+                raise _cycle_error(walk, current)
+            walk.append(current)
+            on_walk.add(ident)
+            current = self.parent(current)
+        self.checked.update(on_walk)
+
+    def chain(self, start: _Entry) -> list[_Entry]:
+        """`start` and its ancestors, root first."""
+        self.check(start)
+        out: list[_Entry] = []
+        current: _Entry | None = start
+        while current is not None:
+            out.append(current)
+            current = self.parent(current)
+        return list(reversed(out))
+
+
+def _cycle_error(seen: list[_Entry], again: _Entry) -> ConfigError:
+    """Name the first gpulaunch.yaml profile in the loop: only the user can have made it."""
+    start = next(i for i, e in enumerate(seen) if (e.name, e.origin) == (again.name, again.origin))
+    loop = seen[start:]
+    first = next((i for i, e in enumerate(loop) if e.origin == CONFIG_ORIGIN), 0)
+    loop = loop[first:] + loop[:first]
+    names = " -> ".join([*(e.name for e in loop), loop[0].name])
+    culprit = loop[0]
+    return ConfigError(f"{culprit.path}.extends: {culprit.spec.extends!r} makes a cycle ({names})")
+
+
+@dataclass
+class _Layer:
+    """One precedence level: scalar settings with (value, source, error path), env, docker."""
+
+    settings: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    env_source: str = ""
+    docker: dict[str, Any] = field(default_factory=dict)
+    docker_source: str = ""
+
+
+_SETTINGS = ("nccl", "numa", "precision", "expandable_segments")
+
+
+def _profile_layer(entry: _Entry) -> _Layer:
+    spec = entry.spec
+    layer = _Layer(env=dict(spec.env), env_source=entry.source, docker_source=entry.source)
+    for key in _SETTINGS:
+        value = getattr(spec, key)
+        if value is not None:
+            layer.settings[key] = (value, entry.source, f"{entry.path}.{key}")
+    layer.docker = _docker_dict(spec.docker)
+    return layer
+
+
+def _launch_layer(config: ProjectConfig) -> _Layer:
+    launch = config.launch
+    source = f"launch: ({CONFIG_ORIGIN})"
+    layer = _Layer(env=dict(launch.env), env_source=source, docker_source=source)
+    for key in ("nccl", "numa", "precision"):
+        value = getattr(launch, key)
+        if value is not None:
+            layer.settings[key] = (value, source, f"launch.{key}")
+    if "network" in launch.model_fields_set:
+        layer.docker["network"] = launch.network
+    return layer
+
+
+def _cli_layer(cli: CliOverrides) -> _Layer:
+    layer = _Layer(env=dict(cli.env), env_source="--env", docker_source="")
+    flags = {
+        "nccl": ("--nccl", cli.nccl),
+        "numa": ("--numa", cli.numa),
+        "precision": ("--precision", cli.precision),
+    }
+    for key, (flag, value) in flags.items():
+        if value is not None:
+            layer.settings[key] = (value, f"{flag} {value}", flag)
+    if cli.expandable_segments is not None:
+        flag = "--expandable-segments" if cli.expandable_segments else "--no-expandable-segments"
+        layer.settings["expandable_segments"] = (cli.expandable_segments, flag, flag)
+    return layer
+
+
+def _merge_docker(target: dict[str, Sourced], options: Mapping[str, Any], source: str) -> None:
+    """Lists union, dicts merge, scalars override; the source lists every contributor."""
+    for key, value in options.items():
+        old = target.get(key)
+        if old is None or not isinstance(value, list | dict):
+            target[key] = Sourced(value, source)
+            continue
+        if isinstance(value, list):
+            merged: Any = [*old.value, *(v for v in value if v not in old.value)]
+        else:
+            merged = {**old.value, **value}
+        changed = merged != old.value
+        sources = (
+            old.source
+            if not changed or source in old.source.split(" + ")
+            else (f"{old.source} + {source}")
+        )
+        target[key] = Sourced(merged, sources)
+
+
+def _select_profile(config: ProjectConfig, cli: CliOverrides) -> tuple[str, str]:
+    if cli.profile is not None:
+        return cli.profile, "--profile"
+    return config.launch.profile, "launch.profile"
+
+
+def resolve_launch(
+    config: ProjectConfig,
+    cli: CliOverrides,
+    *,
+    interconnect: str | None = None,
+    gpu_names: Sequence[str] = (),
+) -> ResolvedLaunch:
+    """Fold profiles, `launch:`, presets, precision and CLI flags into one environment.
+
+    `interconnect` ("nvlink"/"pcie", usually from `detect_interconnect()`) decides `nccl: auto`;
+    None means unknown and gives `pcie` with a note. `gpu_names` (GPU marketing names) let bf16
+    be refused on GPUs older than Ampere. Raises ConfigError for unknown or cyclic profiles,
+    unknown presets and impossible precision choices.
+    """
+    table = _namespace(config)
+    chains = _Chains(table)
+    for entry in table.values():  # every profile must resolve, selected or not
+        chains.check(entry)
+
+    name, flag = _select_profile(config, cli)
+    if name not in table:
+        raise ConfigError(
+            f"{flag}: unknown profile {name!r} (available: {', '.join(sorted(table))})"
+        )
+    base_chain = chains.chain(table["default"]) if "default" in table else []
+    base_ids = {(e.name, e.origin) for e in base_chain}
+    selected_chain = [e for e in chains.chain(table[name]) if (e.name, e.origin) not in base_ids]
+    layers = [
+        *(_profile_layer(e) for e in base_chain),
+        _launch_layer(config),
+        *(_profile_layer(e) for e in selected_chain),
+        _cli_layer(cli),
+    ]
+
+    settings: dict[str, tuple[Any, str, str]] = {}
+    for layer in layers:
+        settings.update(layer.settings)
+
+    warnings: list[str] = []
+    notes: list[str] = []
+    derived: dict[str, Sourced] = {}
+    docker: dict[str, Sourced] = {}
+    log_dir: str | None = None
+
+    # NCCL preset
+    nccl: Sourced | None = None
+    if "nccl" in settings:
+        value, source, path = settings["nccl"]
+        preset_name = str(value)
+        if preset_name == "auto":
+            preset_name, why = _auto_interconnect(interconnect)
+            source = f"{source}, auto: {why}"
+            if interconnect not in ("nvlink", "pcie"):
+                notes.append(
+                    "nccl auto: the GPU interconnect is unknown, so the pcie preset is used; "
+                    "pass --nccl nvlink on NVLink machines"
+                )
+        presets = nccl_presets()
+        if preset_name not in presets:
+            raise ConfigError(
+                f"{path}: unknown NCCL preset {preset_name!r} "
+                f"(available: auto, {', '.join(presets)})"
+            )
+        nccl = Sourced(preset_name, source)
+        preset = presets[preset_name]
+        preset_source = f"nccl preset {preset_name}"
+        container_logs = preset.log_dir_container or ""
+        for key, text in preset.env.items():
+            derived[key] = Sourced(text.replace("{log_dir}", container_logs), preset_source)
+        _merge_docker(docker, preset.docker, preset_source)
+        log_dir = preset.log_dir_host
+        notes.extend(preset.notes)
+        if preset.ifname_default and not cli.nccl_ifname:
+            derived["NCCL_SOCKET_IFNAME"] = Sourced(preset.ifname_default, preset_source)
+    if cli.nccl_ifname is not None:
+        notes.extend(_ifname_env(cli.nccl_ifname, derived))
+
+    # precision
+    precision: Sourced | None = None
+    if "precision" in settings:
+        value, source, path = settings["precision"]
+        mode = str(value)
+        env_for_mode = precision_env(mode) if mode in PRECISIONS else None
+        if env_for_mode is None:
+            raise ConfigError(f"{path}: {mode!r} is not one of {', '.join(PRECISIONS)}")
+        _check_precision_hardware(mode, path, gpu_names, warnings)
+        precision = Sourced(mode, source)
+        for key, text in env_for_mode.items():
+            derived[key] = Sourced(text, f"precision {mode}")
+        if mode in ("fp16", "bf16"):
+            notes.append(
+                f"precision {mode}: Accelerate, HF Trainer and Lightning pick it up; a plain "
+                "PyTorch script needs `from gpulaunch_precision import autocast` (no environment "
+                "variable turns on torch.autocast)"
+            )
+
+    # explicit env, layer by layer; it wins over derived values
+    env: dict[str, Sourced] = dict(derived)
+    for layer in layers:
+        for key, text in layer.env.items():
+            old = env.get(key)
+            if old is not None and key in derived and old is derived[key] and old.value != text:
+                warnings.append(
+                    f"{key}={text} from {layer.env_source} overrides {key}={old.value} "
+                    f"set by {old.source}"
+                )
+            env[key] = Sourced(text, layer.env_source)
+
+    # deprecated names: warn, and pass exact aliases under their current name
+    _apply_name_rules(env, warnings)
+
+    # allocator
+    expandable = Sourced(False, "built-in default")
+    if "expandable_segments" in settings:
+        value, source, _ = settings["expandable_segments"]
+        expandable = Sourced(bool(value), source)
+    if expandable.value:
+        _add_expandable_segments(env, expandable.source, warnings)
+    if ALLOC_VAR in env and LEGACY_ALLOC_VAR not in env:
+        env[LEGACY_ALLOC_VAR] = Sourced(
+            env[ALLOC_VAR].value, f"copy of {ALLOC_VAR} for PyTorch versions that read only this"
+        )
+
+    # docker options from the layers
+    for layer in layers:
+        if layer.docker:
+            _merge_docker(docker, layer.docker, layer.docker_source)
+
+    for layer in layers:  # options the user added (the built-ins are documented)
+        if layer.docker_source.startswith("built-in"):
+            continue
+        for key, what in (("cap_add", "adds capabilities"), ("devices", "passes host devices")):
+            if layer.docker.get(key):
+                items = ", ".join(str(v) for v in layer.docker[key])
+                warnings.append(f"docker.{key} in {layer.docker_source} {what}: {items}")
+
+    numa = Sourced("auto", "built-in default")
+    if "numa" in settings:
+        value, source, _ = settings["numa"]
+        numa = Sourced(value, source)
+
+    return ResolvedLaunch(
+        profile=name,
+        nccl=nccl,
+        numa=numa,
+        precision=precision,
+        expandable_segments=expandable,
+        env=dict(sorted(env.items())),
+        docker={k: docker[k] for k in DOCKER_KEYS if k in docker},
+        log_dir=log_dir,
+        warnings=tuple(dict.fromkeys(warnings)),
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def _auto_interconnect(interconnect: str | None) -> tuple[str, str]:
+    if interconnect == "nvlink":
+        return "nvlink", "NVLink detected"
+    if interconnect == "pcie":
+        return "pcie", "no NVLink detected"
+    return "pcie", "interconnect unknown"
+
+
+def _ifname_env(ifname: str, env: dict[str, Sourced]) -> list[str]:
+    """--nccl-ifname: NCCL takes its own syntax (^exclude, =exact); gloo needs plain names."""
+    if not ifname or any(c.isspace() or ord(c) < 32 for c in ifname):
+        raise ConfigError(f"--nccl-ifname: {ifname!r} is not an interface name or NCCL list")
+    source = f"--nccl-ifname {ifname}"
+    env["NCCL_SOCKET_IFNAME"] = Sourced(ifname, source)
+    if ifname.startswith("^"):
+        return ["GLOO_SOCKET_IFNAME is not set: gloo needs interface names, not NCCL's ^exclusions"]
+    env["GLOO_SOCKET_IFNAME"] = Sourced(ifname.lstrip("="), source)
+    return []
+
+
+def _check_precision_hardware(
+    mode: str, path: str, gpu_names: Sequence[str], warnings: list[str]
+) -> None:
+    for gpu in dict.fromkeys(gpu_names):
+        cc = gpu_compute_capability(gpu)
+        if cc is None or cc >= (8, 0):
+            continue
+        if mode == "bf16":
+            raise ConfigError(
+                f"{path}: bf16 needs compute capability 8.0+; {gpu} is {cc[0]}.{cc[1]}",
+                hint="use fp16 (with gpulaunch_precision.grad_scaler()) or fp32 on this GPU",
+            )
+        if mode == "tf32":
+            warnings.append(
+                f"precision tf32 has no effect on {gpu} (compute capability {cc[0]}.{cc[1]}; "
+                "TF32 needs 8.0+)"
+            )
+
+
+def _apply_name_rules(env: dict[str, Sourced], warnings: list[str]) -> None:
+    plain = {key: str(item.value) for key, item in env.items()}
+    for key, message, rule in _name_findings(plain):
+        item = env.get(key)
+        if item is None:
+            continue
+        text = f"{message} [{item.source}]"
+        if rule is not None and rule.translate:
+            target = rule.replacement
+            if target in env:
+                del env[key]
+                text += f"; {target} is also set, so {key} is dropped"
+            else:
+                del env[key]
+                env[target] = Sourced(item.value, f"{item.source}, as {key}")
+                text += f"; gpulaunch passes it as {target}"
+        warnings.append(text)
+
+
+def _add_expandable_segments(env: dict[str, Sourced], source: str, warnings: list[str]) -> None:
+    current = env.get(ALLOC_VAR)
+    if current is None:
+        env[ALLOC_VAR] = Sourced("expandable_segments:True", source)
+        return
+    parts = [p.strip() for p in str(current.value).split(",") if p.strip()]
+    for part in parts:
+        key, _, value = part.partition(":")
+        if key.strip() == "expandable_segments":
+            if value.strip() != "True":
+                warnings.append(
+                    f"{ALLOC_VAR}={current.value} from {current.source} keeps "
+                    f"expandable_segments:{value.strip()} although {source} asks for True"
+                )
+            return
+    merged = ",".join([*parts, "expandable_segments:True"])
+    env[ALLOC_VAR] = Sourced(merged, f"{current.source} + {source}")

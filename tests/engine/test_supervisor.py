@@ -1,0 +1,331 @@
+"""The container supervisor (gpulaunch/runner.py) and host mode (hostrun.py), signals scripted.
+
+The Docker seam is a fake container (`wait` / `kill` / `logs`) driven by a script: which
+signals gpulaunch receives, when, and how the "job" answers SIGTERM. Assertions are on what
+the supervisor sent to the container, in order, and on the exit code; never on elapsed time.
+A job that was never stopped ends on its own after a guard and exits 99, which fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulaunch.engine import supervise as runner
+from gpulaunch.engine.host import run_on_host
+from gpulaunch.engine.runspec import RunPlan
+from gpulaunch.errors import EngineError, RlimitRefused, RunError
+
+GUARD_S = 20  # a job nobody stopped gives up after this and exits 99 (a failing value)
+
+
+class FakeContainer:
+    """A running job: exits when killed with SIGKILL, or on SIGTERM when `obeys_sigterm`."""
+
+    def __init__(self, *, obeys_sigterm: bool, output: bytes = b"", code: int | None = None):
+        self.name = "gl-fake"
+        self.obeys_sigterm = obeys_sigterm
+        self.output = output
+        self.kills: list[str] = []
+        self.exit_code: int | None = code
+        self.exited = threading.Event()
+        if code is not None:
+            self.exited.set()
+        self.on_kill: dict[str, Any] = {}  # signal name -> callable run after recording it
+
+    def wait(self) -> dict[str, int]:
+        if not self.exited.wait(GUARD_S):
+            self.exit_code = 99
+        return {"StatusCode": self.exit_code if self.exit_code is not None else 99}
+
+    def kill(self, signal: str) -> None:
+        self.kills.append(signal)
+        if signal == "SIGKILL" or (signal == "SIGTERM" and self.obeys_sigterm):
+            self.exit_code = 137 if signal == "SIGKILL" else 143
+            self.exited.set()
+        action = self.on_kill.get(signal)
+        if action is not None:
+            action()
+
+    def logs(self, *, stream: bool, follow: bool, stdout: bool, stderr: bool) -> Iterator[bytes]:
+        if stdout and self.output:
+            yield self.output
+        if stderr:
+            yield b"err-line\n"
+
+
+class FakeEngine:
+    def __init__(self, container: FakeContainer, refuse: list[str] | None = None) -> None:
+        self.container = container
+        self.refuse = list(refuse or [])
+        self.created: list[dict[str, Any]] = []
+        self.discarded: list[Any] = []
+        self.leftover: Any = None
+        self.networks = {"bridge", "host", "none"}
+
+    def network_names(self) -> set[str]:
+        return set(self.networks)
+
+    def create_container(self, kwargs: dict[str, Any]) -> FakeContainer:
+        self.created.append(kwargs)
+        if self.refuse:
+            raise RlimitRefused("refused", rlimit=self.refuse.pop(0))
+        return self.container
+
+    def discard(self, container: Any) -> None:
+        self.discarded.append(container)
+
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        return self.leftover if run_id == "abc123" else None
+
+
+def _plan(stop_timeout: int = 3600) -> RunPlan:
+    return RunPlan(
+        image="img:tag",
+        name="gl-fake",
+        command=["python", "train.py"],
+        env={},
+        mounts=[],
+        user="1000:1000",
+        gpus=0,
+        labels={"io.gpulaunch.run-id": "abc123"},
+        stop_timeout=stop_timeout,
+    )
+
+
+def _send(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+
+
+class Captured:
+    def __init__(self) -> None:
+        import io
+
+        self.out = io.BytesIO()
+        self.err = io.BytesIO()
+        self.warnings: list[str] = []
+
+
+def _supervise(engine: FakeEngine, plan: RunPlan, first: int | None = None) -> tuple[int, Captured]:
+    cap = Captured()
+    started = (lambda _c: _send(first)) if first is not None else None
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = runner.supervise(
+        engine,  # type: ignore[arg-type]
+        plan,
+        out=cap.out,  # type: ignore[arg-type]
+        err=cap.err,  # type: ignore[arg-type]
+        on_started=started,
+        warn=cap.warnings.append,
+    )
+    # the caller's handlers are back
+    assert {s: signal.getsignal(s) for s in before} == before
+    return code, cap
+
+
+# -- a job that ends by itself -------------------------------------------------------------
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_jobs_exit_code_and_streams_pass_through(code: int) -> None:
+    container = FakeContainer(obeys_sigterm=True, output=b"hello\n", code=code)
+    engine = FakeEngine(container)
+    got, cap = _supervise(engine, _plan())
+    assert got == code
+    assert cap.out.getvalue() == b"hello\n"  # stdout and stderr kept apart
+    assert cap.err.getvalue() == b"err-line\n"
+    assert container.kills == []
+    assert engine.discarded == [container]
+
+
+def test_a_lost_wait_is_a_run_error_and_the_container_is_still_removed() -> None:
+    container = FakeContainer(obeys_sigterm=True)
+
+    def broken() -> dict[str, int]:
+        raise ConnectionError("engine went away")
+
+    container.wait = broken  # type: ignore[method-assign]
+    engine = FakeEngine(container)
+    with pytest.raises(RunError, match="lost the container while waiting: engine went away"):
+        _supervise(engine, _plan())
+    assert engine.discarded == [container]
+
+
+# -- signals ------------------------------------------------------------------------------
+def test_sigterm_asks_the_container_to_stop_and_exits_143() -> None:
+    container = FakeContainer(obeys_sigterm=True)
+    engine = FakeEngine(container)
+    code, _ = _supervise(engine, _plan(), first=signal.SIGTERM)
+    assert code == 143
+    assert container.kills == ["SIGTERM"]  # graceful: no SIGKILL while the job obeys
+    assert engine.discarded == [container]
+
+
+def test_ctrl_c_asks_the_container_to_stop_and_exits_130() -> None:
+    container = FakeContainer(obeys_sigterm=True)
+    code, _ = _supervise(FakeEngine(container), _plan(), first=signal.SIGINT)
+    assert code == 130
+    assert container.kills == ["SIGTERM"]
+
+
+def test_sigkill_follows_when_the_job_ignores_sigterm_past_the_stop_timeout() -> None:
+    container = FakeContainer(obeys_sigterm=False)
+    engine = FakeEngine(container)
+    code, _ = _supervise(engine, _plan(stop_timeout=0), first=signal.SIGTERM)
+    assert code == 143
+    assert container.kills == ["SIGTERM", "SIGKILL"]
+    assert container.exit_code == 137  # killed, not the guard's 99
+    assert engine.discarded == [container]
+
+
+def test_a_second_ctrl_c_kills_at_once() -> None:
+    """The stop timeout is an hour: only the second Ctrl-C can end this job before the guard."""
+    container = FakeContainer(obeys_sigterm=False)
+    container.on_kill["SIGTERM"] = lambda: _send(signal.SIGINT)
+    code, _ = _supervise(FakeEngine(container), _plan(stop_timeout=3600), first=signal.SIGINT)
+    assert container.kills == ["SIGTERM", "SIGKILL"]
+    assert container.exit_code == 137
+    assert code == 130
+
+
+def test_sigint_then_sigterm_keeps_the_first_signals_exit_code() -> None:
+    container = FakeContainer(obeys_sigterm=False)
+    container.on_kill["SIGTERM"] = lambda: _send(signal.SIGTERM)
+    code, _ = _supervise(FakeEngine(container), _plan(), first=signal.SIGINT)
+    assert container.kills == ["SIGTERM", "SIGKILL"]  # any second signal forces
+    assert code == 130  # Ctrl-C came first
+
+
+def test_sigterm_then_sigint_keeps_the_first_signals_exit_code() -> None:
+    container = FakeContainer(obeys_sigterm=False)
+    container.on_kill["SIGTERM"] = lambda: _send(signal.SIGINT)
+    code, _ = _supervise(FakeEngine(container), _plan(), first=signal.SIGTERM)
+    assert container.kills == ["SIGTERM", "SIGKILL"]
+    assert code == 143
+
+
+# -- start: the memlock fallback, and cleanup when creating fails -------------------------
+def test_a_refused_memlock_is_dropped_with_a_warning_and_the_job_runs() -> None:
+    container = FakeContainer(obeys_sigterm=True, code=0)
+    engine = FakeEngine(container, refuse=["memlock"])
+    plan = _plan()
+    assert "memlock" in plan.ulimits
+    code, cap = _supervise(engine, plan)
+    assert code == 0
+    limits = [[u["Name"] for u in kw.get("ulimits") or []] for kw in engine.created]
+    assert "memlock" in limits[0] and "memlock" not in limits[1], limits
+    assert "stack" in limits[1]  # only the refused limit went
+    assert cap.warnings == [
+        "warning: the engine refused ulimit memlock (its own limit is lower); running with its "
+        "default. InfiniBand/GPUDirect need memlock=-1"
+    ]
+
+
+def test_a_refused_ulimit_the_plan_does_not_set_is_an_error() -> None:
+    container = FakeContainer(obeys_sigterm=True, code=0)
+    engine = FakeEngine(container, refuse=["nofile"])
+    engine.leftover = "half-made"
+    with pytest.raises(RlimitRefused):
+        _supervise(engine, _plan())
+    assert engine.discarded == ["half-made"]  # what create left behind, found by name
+
+
+def test_start_failure_removes_a_leftover_by_name() -> None:
+    class Failing(FakeEngine):
+        def create_container(self, kwargs: dict[str, Any]) -> FakeContainer:
+            raise EngineError("no such image")
+
+    engine = Failing(FakeContainer(obeys_sigterm=True))
+    engine.leftover = None
+    with pytest.raises(EngineError):
+        _supervise(engine, _plan())
+    assert engine.discarded == [None]
+
+
+# -- host mode (--no-container) ----------------------------------------------------------
+JOB = """
+import signal, sys, time
+def on_term(signum, frame):
+    print("got SIGTERM", flush=True)
+    sys.exit(int(sys.argv[1]))
+if sys.argv[2] == "obey":
+    signal.signal(signal.SIGTERM, on_term)
+else:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+print("not stopped", flush=True)
+"""
+
+
+def _host_plan(tmp_path: Path, *args: str) -> RunPlan:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    plan = _plan()
+    plan.command = [sys.executable, str(script), *args]
+    plan.env = {"PYTHONUNBUFFERED": "1"}
+    return plan
+
+
+def _host(tmp_path: Path, mode: str, *signals: int) -> tuple[int, str]:
+    out = tmp_path / "out.txt"
+    plan = _host_plan(tmp_path, "7", mode)
+    plan.command = ["sh", "-c", 'exec "$@" > "$0"', str(out), *plan.command]
+
+    def deliver() -> None:
+        for _ in range(GUARD_S * 20):
+            if out.exists() and "ready" in out.read_text():
+                break
+            threading.Event().wait(0.05)
+        for signum in signals:
+            _send(signum)
+            threading.Event().wait(0.2)
+
+    thread = threading.Thread(target=deliver, daemon=True)
+    thread.start()
+    code = run_on_host(plan, tmp_path)
+    thread.join(GUARD_S)
+    return code, out.read_text()
+
+
+def test_host_mode_passes_the_jobs_exit_code(tmp_path: Path) -> None:
+    plan = _host_plan(tmp_path)
+    plan.command = [sys.executable, "-c", "import sys; sys.exit(5)"]
+    assert run_on_host(plan, tmp_path) == 5
+
+
+def test_host_mode_forwards_sigterm_and_exits_143(tmp_path: Path) -> None:
+    code, out = _host(tmp_path, "obey", signal.SIGTERM)
+    assert code == 143
+    assert "got SIGTERM" in out
+    assert "not stopped" not in out
+
+
+def test_host_mode_ctrl_c_exits_130(tmp_path: Path) -> None:
+    code, out = _host(tmp_path, "obey", signal.SIGINT)
+    assert code == 130
+    assert "got SIGTERM" in out  # Ctrl-C is forwarded as SIGTERM, as in a container
+
+
+def test_host_mode_second_signal_kills(tmp_path: Path) -> None:
+    code, out = _host(tmp_path, "ignore", signal.SIGINT, signal.SIGTERM)
+    assert code == 130  # the first signal decides
+    assert "not stopped" not in out and "got SIGTERM" not in out
+
+
+def test_host_mode_a_job_killed_by_a_signal_reports_128_plus_it(tmp_path: Path) -> None:
+    plan = _host_plan(tmp_path)
+    plan.command = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"]
+    assert run_on_host(plan, tmp_path) == 137
+
+
+def test_host_mode_a_missing_program_is_a_run_error(tmp_path: Path) -> None:
+    plan = _host_plan(tmp_path)
+    plan.command = [str(tmp_path / "nope")]
+    with pytest.raises(RunError, match="cannot start"):
+        run_on_host(plan, tmp_path)

@@ -1,0 +1,199 @@
+"""Driver / GPU-architecture refusal and host-GPU validation, with NVML faked (tests/fake_nvml.py).
+
+No GPU on CI machines: the fake is the complete pynvml surface gpulaunch calls, so a test
+that passes here passes because gpulaunch validated, not because a function was missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_nvml import A100, B200, H100, FakeNvml, gpus, install
+from typer.testing import CliRunner
+
+from gpulaunch.cli.app import app
+from gpulaunch.config import ProjectConfig, load_config
+from gpulaunch.errors import ConfigError
+from gpulaunch.image import compat
+from gpulaunch.image.render import image_request
+from gpulaunch.image.resolver import resolve
+
+CU121 = '{torch: "2.4.1", cuda: "12.1"}'  # no kernels for compute capability 10.0 (B200)
+
+
+def _project(path: Path, image: str = CU121) -> None:
+    (path / "gpulaunch.yaml").write_text(f"version: 1\nname: p\nimage: {image}\n")
+    (path / "train.py").write_text("print('hi')\n")
+
+
+def _config(path: Path) -> ProjectConfig:
+    return load_config(path / "gpulaunch.yaml")
+
+
+def _dry(runner: CliRunner, *flags: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["run", "train.py", *flags, "--dry-run"])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_old_driver_is_refused_with_alternatives(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(A100), driver="470.82.01"))
+    _project(in_tmp)
+    result = runner.invoke(app, ["run", "train.py", "--gpus", "1", "--dry-run"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "gpulaunch: error: image.cuda: CUDA 12.1.1 needs driver >= 525.60.13; this host has "
+        "470.82.01; with this driver use: cuda 11.8 (cu118)\n"
+    )
+
+
+def test_new_gpu_without_kernels_is_refused(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(B200), driver="580.95.05"))
+    _project(in_tmp)
+    code, _, err = _dry(runner, "--gpus", "1")
+    assert code == 2
+    archs = " ".join(resolve(image_request(_config(in_tmp))).cuda_archs)
+    assert archs  # the message lists the build's own archs
+    assert err == (
+        "gpulaunch: error: image.cuda: NVIDIA B200 (compute capability 10.0) is not supported "
+        f"by the cu121 build (archs: {archs})\n"
+    )
+
+
+def test_matching_host_passes_and_cpu_runs_skip_the_check(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(B200), driver="470.82.01"))
+    _project(in_tmp)
+    assert _dry(runner, "--gpus", "0")[0] == 0
+    install(monkeypatch, FakeNvml(gpus(H100), driver="550.54.15"))
+    code, out, err = _dry(runner, "--gpus", "1")
+    assert code == 0, err
+    assert "# topology: nvml" in out
+    assert "# gpus: validated against this host's 1 GPU(s) (nvml)" in out
+
+
+# -- multi-GPU hosts: only the selected GPUs count ---------------------------------------
+@pytest.mark.parametrize(
+    ("flag", "refused"),
+    [
+        ("1", False),  # GPU 0 (H100) only
+        ("0", False),
+        ("2", True),  # GPUs 0 and 1: the B200 is in
+        ("all", True),
+    ],
+)
+def test_only_selected_gpus_are_checked_by_count(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, flag: str, refused: bool
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(H100, B200)))
+    _project(in_tmp)
+    code, _, err = _dry(runner, "--gpus", flag)
+    if refused:
+        assert code == 2 and "NVIDIA B200 (compute capability 10.0)" in err, err
+    else:
+        assert code == 0, err
+
+
+def test_an_index_list_checks_the_gpus_it_names(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(B200, H100, H100)))
+    _project(in_tmp)
+    assert _dry(runner, "--gpus", "1,2")[0] == 0  # the B200 (index 0) is not used
+    code, _, err = _dry(runner, "--gpus", "2,0")
+    assert code == 2 and "NVIDIA B200" in err, err
+
+
+def test_check_ignores_unselected_gpus(tmp_path: Path) -> None:
+    """compat.check directly: the selection, not the whole host, decides."""
+    (tmp_path / "gpulaunch.yaml").write_text(f"version: 1\nname: p\nimage: {CU121}\n")
+    config = load_config(tmp_path / "gpulaunch.yaml")
+    resolved = resolve(image_request(config))
+    host = compat.HostGpus("550.54.15", (H100, B200))
+    compat.check(resolved, host, [0])  # the B200 is not used: passes
+    with pytest.raises(ConfigError, match="NVIDIA B200"):
+        compat.check(resolved, host, [1])
+    with pytest.raises(ConfigError, match="NVIDIA B200"):
+        compat.check(resolved, host, None)  # all GPUs
+
+
+# -- partial NVML failures: validated, refused cleanly, or said to be unvalidated ---------
+def test_more_gpus_than_the_host_has_are_refused(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(H100)))
+    _project(in_tmp)
+    code, _, err = _dry(runner, "--gpus", "4")
+    assert code == 2, err
+    assert err.startswith("gpulaunch: error: --gpus:"), err
+
+
+@pytest.mark.parametrize("missing", ["nvmlDeviceGetPciInfo", "nvmlDeviceGetCount"])
+def test_bindings_missing_a_function_never_pass_unvalidated(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    """`run --gpus 4` on a one-GPU host must not pass because discovery broke halfway."""
+    install(monkeypatch, FakeNvml(gpus(H100), missing=[missing]))
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "4")
+    assert code != 0, out
+    assert "Traceback" not in err
+    assert err.startswith("gpulaunch: ") and missing in err, err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_refused_nvml_query_is_reported_in_the_dry_run(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(H100), failing=["nvmlDeviceGetPciInfo"]))
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "1")
+    assert code == 0, err
+    assert "# gpus: not validated: GPU discovery failed: NVML: Not Supported" in out, out
+    code, out, err = _dry(runner, "--gpus", "1", "--json")
+    assert code == 0, err
+    check = json.loads(out)["gpu_check"]
+    assert check["validated"] is False
+    assert "Not Supported (nvmlDeviceGetPciInfo)" in check["detail"]
+
+
+def test_no_nvml_is_said_in_the_dry_run(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(H100), fail_init=True))
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["gpu_check"] == {
+        "validated": False,
+        "detail": "not validated: no NVML (nvidia-ml-py not installed or no driver); "
+        "sysfs alone is not trusted",
+    }
+    install(monkeypatch, FakeNvml(gpus(H100)))
+    code, out, err = _dry(runner, "--gpus", "1", "--json")
+    assert json.loads(out)["gpu_check"]["validated"] is True
+
+
+def test_a_remote_engine_is_not_validated(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml: FakeNvml
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "8")
+    assert code == 0, err
+    assert "# gpus: not validated: the engine is remote (DOCKER_HOST=tcp://127.0.0.1:2375)" in out
+
+
+def test_probe_reads_the_fake(fake_nvml: FakeNvml) -> None:
+    fake_nvml.devices = gpus(H100, B200)
+    assert compat.probe({}) == compat.HostGpus("550.54.15", (H100, B200))
+    assert fake_nvml.calls == ["init", "shutdown"]
+    fake_nvml.failing = {"nvmlDeviceGetName"}
+    assert compat.probe({}) is None
+    assert compat.probe({"GPULAUNCH_SYSFS_ROOT": "/x"}) is None

@@ -1,0 +1,156 @@
+"""Launch plan: the dry-run command line and the SDK call carry the same settings."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv, sdk_kwargs
+from gpulaunch.errors import ConfigError
+from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
+
+
+def _plan(**overrides: object) -> RunPlan:
+    values: dict[str, object] = {
+        "image": "proj:gl-abc",
+        "name": "gl-proj-1",
+        "command": ["torchrun", "--standalone", "--nproc-per-node", "2", "/workspace/t.py"],
+        "env": {"A": "1", "SPACED": "a b $HOME"},
+        "mounts": [Mount("/src", "/workspace"), Mount("/data", "/data", True)],
+        "user": "1000:1000",
+        "gpus": 2,
+        "labels": {"io.gpulaunch.managed": "true"},
+        "shm_size": None,
+        "network": "host",
+        "cap_add": ["IPC_LOCK"],
+        "devices": ["/dev/infiniband"],
+        "cpuset_cpus": "0-3",
+    }
+    values.update(overrides)
+    return RunPlan(**values)  # type: ignore[arg-type]
+
+
+def _parse_cli(argv: list[str]) -> dict[str, object]:
+    """Parse our own `docker run` line back into SDK-shaped settings."""
+    assert argv[:2] == ["docker", "run"]
+    out: dict[str, object] = {"env": {}, "labels": {}, "mounts": [], "ulimits": {}}
+    i = 2
+    while argv[i].startswith("--"):
+        flag = argv[i]
+        if flag in ("--rm", "--init", "--detach"):
+            out[flag] = True
+            i += 1
+            continue
+        value = argv[i + 1]
+        i += 2
+        if flag == "--env":
+            k, _, v = value.partition("=")
+            out["env"][k] = v  # type: ignore[index]
+        elif flag == "--label":
+            k, _, v = value.partition("=")
+            out["labels"][k] = v  # type: ignore[index]
+        elif flag == "--mount":
+            out["mounts"].append(value)  # type: ignore[attr-defined]
+        elif flag == "--ulimit":
+            k, _, v = value.partition("=")
+            out["ulimits"][k] = int(v)  # type: ignore[index]
+        else:
+            out.setdefault(flag, []).append(value)  # type: ignore[attr-defined]
+    out["image"] = argv[i]
+    out["command"] = argv[i + 1 :]
+    return out
+
+
+@pytest.mark.parametrize("gpus", [0, 2, "all", "0,2"])
+def test_dry_run_line_matches_sdk_call(gpus: int | str) -> None:
+    plan = _plan(gpus=gpus)
+    argv = shlex.split(shlex.join(docker_run_argv(plan)))  # survives copy-paste quoting
+    cli = _parse_cli(argv)
+    sdk = sdk_kwargs(plan)
+    assert cli["image"] == sdk["image"]
+    assert cli["command"] == sdk["command"]
+    assert cli["env"] == sdk["environment"]
+    assert cli["labels"] == sdk["labels"]
+    assert cli["--user"] == [sdk["user"]]
+    assert cli["--workdir"] == [sdk["working_dir"]]
+    assert cli["--name"] == [sdk["name"]]
+    assert cli["--ipc"] == [sdk["ipc_mode"]]
+    assert cli["--network"] == [sdk["network_mode"]]
+    assert cli["--cap-add"] == sdk["cap_add"]
+    assert cli["--device"] == sdk["devices"]
+    assert cli["--cpuset-cpus"] == [sdk["cpuset_cpus"]]
+    assert cli["--stop-timeout"] == [str(sdk["stop_timeout"])]
+    assert cli.get("--init") is True and sdk["init"] is True
+    assert cli["ulimits"] == {u["Name"]: u["Soft"] for u in sdk["ulimits"]}
+    assert all(u["Soft"] == u["Hard"] for u in sdk["ulimits"])
+    sdk_mounts = [
+        f"type=bind,source={m['Source']},target={m['Target']}"
+        + (",readonly" if m["ReadOnly"] else "")
+        for m in sdk["mounts"]
+    ]
+    assert cli["mounts"] == sdk_mounts
+    if gpus == 0:
+        assert "--gpus" not in cli and "device_requests" not in sdk
+    else:
+        (request,) = sdk["device_requests"]
+        assert request["Capabilities"] == [["gpu"]]
+        (flag,) = cli["--gpus"]  # type: ignore[misc]
+        if gpus == "0,2":
+            assert flag == '"device=0,2"' and request["DeviceIDs"] == ["0", "2"]
+        elif gpus == "all":
+            assert flag == "all" and request["Count"] == -1
+        else:
+            assert flag == "2" and request["Count"] == 2
+
+
+def test_ngc_hygiene_defaults() -> None:
+    sdk = sdk_kwargs(_plan())
+    assert sdk["ipc_mode"] == "host"
+    assert {u["Name"]: u["Soft"] for u in sdk["ulimits"]} == {"memlock": -1, "stack": 67108864}
+    assert sdk["stop_timeout"] > 30  # outlasts torchrun's 30 s shutdown
+
+
+def test_parse_mount(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    assert parse_mount("data:/data:ro", tmp_path, "--mount") == Mount(
+        str(tmp_path / "data"), "/data", True
+    )
+    with pytest.raises(ConfigError, match="host path 'nope' does not exist"):
+        parse_mount("nope:/x", tmp_path, "--mount")
+    for target in ("/workspace", "/", "/workspace/"):
+        with pytest.raises(ConfigError, match="would hide the project"):
+            parse_mount(f"data:{target}", tmp_path, "--mount")
+    with pytest.raises(ConfigError, match="is not host:/container"):
+        parse_mount("data", tmp_path, "--mount")
+
+
+def test_parse_env_flags() -> None:
+    assert parse_env_flags(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(ConfigError, match="--env: 'NOVALUE' is not NAME=VALUE"):
+        parse_env_flags(["NOVALUE"])
+
+
+def test_script_command(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.py").write_text("")
+    one = script_command("sub/t.py", ["--lr", "1"], tmp_path, tmp_path, 1, None)
+    assert one == ["python", "/workspace/sub/t.py", "--lr", "1"]
+    four = script_command(
+        "t.py", [], tmp_path, tmp_path / "sub", 4, "/opt/gpulaunch/bin/numa_bind.py"
+    )
+    assert four == [
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "/opt/gpulaunch/bin/numa_bind.py",
+        "/workspace/sub/t.py",
+    ]
+    with pytest.raises(ConfigError, match="not found"):
+        script_command("missing.py", [], tmp_path, tmp_path, 1, None)
+    outside = tmp_path.parent / "outside.py"
+    outside.write_text("")
+    with pytest.raises(ConfigError, match="outside the project"):
+        script_command(str(outside), [], tmp_path, tmp_path, 1, None)

@@ -1,0 +1,178 @@
+"""`gpulaunch run --dry-run` / `--no-container` on fixture topologies: per-rank binding,
+env with sources, and a real two-rank host run whose affinity equals the plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from affinity_check import FIXTURES, plan_and_run, tiny2_on_allowed_cpus
+from conftest import EXAMPLES, REPO
+from typer.testing import CliRunner
+
+from gpulaunch.cli.app import app
+
+
+@pytest.fixture(autouse=True)
+def _examples_are_copies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EXAMPLES here means a fresh copy: runs and dry runs never touch the checked-in ones."""
+    copy = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, copy, symlinks=True)
+    monkeypatch.setattr(sys.modules[__name__], "EXAMPLES", copy)
+
+
+def _dry(runner: CliRunner, monkeypatch: pytest.MonkeyPatch, fixture: str, *args: str) -> dict:
+    monkeypatch.setenv("GPULAUNCH_SYSFS_ROOT", str(FIXTURES / fixture))
+    monkeypatch.chdir(EXAMPLES / "ddp")
+    result = runner.invoke(app, ["run", "train_ddp.py", *args, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_issue_example_on_dgx8(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _dry(
+        runner,
+        monkeypatch,
+        "dgx8",
+        "--gpus",
+        "4",
+        "--nccl",
+        "debug",
+        "--numa",
+        "auto",
+        "--precision",
+        "bf16",
+    )
+    ranks = plan["numa_plan"]
+    node0 = list(range(0, 8)) + list(range(16, 24))
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert all(r["numa_node"] == 0 and r["cpus"] == node0 for r in ranks)
+    assert len({r["gpu"] for r in ranks}) == 4
+    env = plan["run"]["env"]
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert env["GPULAUNCH_PRECISION"] == "bf16"
+    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    numa_env = json.loads(env["GPULAUNCH_NUMA_PLAN"])
+    assert [r["cpus"] for r in numa_env["ranks"]] == [node0] * 4
+    assert plan["sources"]["NCCL_DEBUG"] == "nccl preset debug"
+    command = plan["run"]["command"]
+    assert command[:4] == ["torchrun", "--standalone", "--nproc-per-node", "4"]
+    assert command[4] == "/opt/gpulaunch/bin/numa_bind.py"
+    targets = {m["target"] for m in plan["run"]["options"]["mounts"]}
+    assert "/opt/gpulaunch/bin/numa_bind.py" in targets
+    assert "/opt/gpulaunch/lib/gpulaunch_precision.py" in targets
+
+
+def test_gpu_selection_maps_ranks_by_bus_id(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _dry(runner, monkeypatch, "dgx8", "--gpus", "5,1", "--numa", "node")
+    ranks = plan["numa_plan"]
+    assert [r["numa_node"] for r in ranks] == [1, 0]  # rank 0 is GPU 5, on socket 1
+    assert plan["run"]["options"]["gpus"] == "5,1"
+    assert '"device=5,1"' in plan["run"]["docker_run"]
+
+
+def test_too_many_gpus_is_a_usage_error(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPULAUNCH_SYSFS_ROOT", str(FIXTURES / "box4"))
+    monkeypatch.chdir(EXAMPLES / "ddp")
+    result = runner.invoke(app, ["run", "train_ddp.py", "--gpus", "8", "--dry-run"])
+    assert result.exit_code == 2
+    assert "--gpus: " in result.stderr and "8" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_deprecated_env_names_warn(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(EXAMPLES / "ddp")
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "train_ddp.py",
+            "--gpus",
+            "0",
+            "--env",
+            "NCCL_ASYNC_ERROR_HANDLING=1",
+            "--env",
+            "NCCL_TIMEOUT=600",
+            "--dry-run",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in result.stderr
+    assert "NCCL_TIMEOUT" in result.stderr
+    env = json.loads(result.stdout)["run"]["env"]
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_cpu_run_has_no_numa_plan_and_script_args_pass_through(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(EXAMPLES / "cpu")
+    result = runner.invoke(
+        app, ["run", "train_ddp.py", "--lr", "0.1", "--dry-run", "--json", "--", "--gpus", "9"]
+    )
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["numa_plan"] == []
+    assert plan["run"]["command"][-5:] == ["/workspace/train_ddp.py", "--lr", "0.1", "--gpus", "9"]
+    assert plan["run"]["options"]["gpus"] == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two allowed CPUs")
+def test_host_mode_two_ranks_follow_the_plan(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # torchrun comes with torch; .ci/run installs the CPU wheel
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "gpulaunch.yaml").write_text("version: 1\nname: affinity\n")
+    fixture, (cpu_a, cpu_b) = tiny2_on_allowed_cpus(tmp_path)
+    planned, seen = plan_and_run(
+        project,
+        fixture,
+        ["--no-container", "--gpus", "2", "--numa", "node", "--precision", "fp32"],
+        timeout=300,
+    )
+    assert planned == {0: [cpu_a], 1: [cpu_b]}
+    assert {r["rank"]: r["cpus"] for r in seen} == planned
+    assert {r["precision"] for r in seen} == {"fp32"}
+
+
+def test_host_mode_exit_code_passes_through(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "gpulaunch.yaml").write_text("version: 1\nname: codes\nlaunch: {gpus: 0}\n")
+    (project / "fail.py").write_text("import sys; print('hello'); sys.exit(5)\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulaunch", "run", "fail.py", "--no-container"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 5
+    assert "hello" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--numa", "sometimes"], "--numa: 'sometimes' is not one of"),
+        (["--nccl", "warp"], "--nccl: unknown NCCL preset 'warp'"),
+        (["--precision", "fp8"], "--precision: 'fp8' is not one of"),
+        (["--network", "bridge"], "--network: 'bridge' is not default, host or none"),
+    ],
+)
+def test_bad_launch_flags_are_usage_errors(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, flag: list[str], message: str
+) -> None:
+    monkeypatch.chdir(EXAMPLES / "cpu")
+    result = runner.invoke(app, ["run", "train_ddp.py", *flag, "--dry-run"])
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1
