@@ -1,0 +1,68 @@
+"""The package layout keeps its shape (DEVELOPERS.md, "Architecture").
+
+Import rules between layers are checked by import-linter (`lint-imports`, contracts in
+pyproject.toml, run by ./dev/test); this file checks what import rules cannot see: the core
+never prints or exits, modules stay small, subpackages stay few.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+PACKAGE = REPO / "gpulaunch"
+# Stdlib-only scripts that run inside the container as programs of their own.
+SCRIPTS = {PACKAGE / "launch" / "numa_bind.py", PACKAGE / "launch" / "precision_helper.py"}
+CORE = sorted(
+    p
+    for p in PACKAGE.rglob("*.py")
+    if PACKAGE / "cli" not in p.parents and p not in SCRIPTS and p.name != "__main__.py"
+)
+MAX_LINES = 520
+MAX_MODULES = 8
+
+
+def _prints_or_exits(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ("print", "exit", "quit", "input"):
+                found.append(f"line {node.lineno}: {func.id}()")
+            if isinstance(func, ast.Attribute) and ast.unparse(func) in ("sys.exit", "os._exit"):
+                found.append(f"line {node.lineno}: {ast.unparse(func)}()")
+        if isinstance(node, ast.Attribute) and ast.unparse(node) in ("sys.stdout", "sys.stderr"):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Name) and node.id == "print":
+            found.append(f"line {node.lineno}: print")
+    return found
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_core_never_prints_or_exits(path: Path) -> None:
+    assert _prints_or_exits(ast.parse(path.read_text(encoding="utf-8"))) == []
+
+
+def test_the_check_sees_a_print() -> None:
+    code = "import sys\ndef f(warn=print):\n    sys.stdout.write('x')\n    sys.exit(1)\n"
+    assert len(_prints_or_exits(ast.parse(code))) == 3
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_modules_stay_small(path: Path) -> None:
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+def test_subpackages_stay_few_and_documented() -> None:
+    packages = [p.parent for p in PACKAGE.glob("*/__init__.py")]
+    assert {p.name for p in packages} >= {"cli", "image", "launch", "engine"}
+    for package in packages:
+        modules = [p for p in package.glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= MAX_MODULES, package.name
+        docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
+        assert docstring and "import" in docstring, f"{package.name}: say what it may import"
