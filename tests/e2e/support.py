@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -312,3 +313,30 @@ def run_job(app: Path, *args: str, timeout: float = RUN_TIMEOUT_S, **env: str) -
         "the session image was rebuilt: did a job change the build context?\n" + result.describe()
     )
     return result
+
+
+# -- pasted `docker run` lines ---------------------------------------------------------------
+def run_shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A printed command line run through /bin/sh, as a user pasting it would."""
+    return subprocess.run(
+        ["/bin/sh", "-c", line],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def without_ulimits(line: str, names: list[str]) -> str:
+    """The line without `--ulimit NAME=…` for the limits the engine refused."""
+    argv = shlex.split(line)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--ulimit" and argv[i + 1].split("=")[0] in names:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return shlex.join(out)

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,15 +26,18 @@ import pytest
 
 from e2e.support import (
     BUILD_TIMEOUT_S,
-    RUN_TIMEOUT_S,
     cli_env,
     gl,
+    run_shell,
     temp_name,
     tiny_config,
+    without_ulimits,
     write_project,
 )
 
 pytestmark = pytest.mark.docker
+# Debian's client (/usr/bin/docker) first; /usr/local/bin/docker is a newer one.
+_DEBIAN_CLIENT_ENV = cli_env(PATH="/usr/bin:/bin:/usr/sbin:/sbin")
 
 PROFILE = {"docker": {"shm_size": "256m", "cap_add": ["SYS_NICE"], "ulimits": {"nofile": 4096}}}
 HOST_CONFIG = (
@@ -87,32 +89,6 @@ def started(docker_client: Any) -> Iterator[list[str]]:
     for name in names:
         with contextlib.suppress(NotFound):
             docker_client.containers.get(name).remove(force=True)
-
-
-def _sh(line: str) -> subprocess.CompletedProcess[str]:
-    # Debian's client (/usr/bin/docker) first; /usr/local/bin/docker is a newer one.
-    env = cli_env(PATH="/usr/bin:/bin:/usr/sbin:/sbin")
-    return subprocess.run(
-        ["/bin/sh", "-c", line],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-
-
-def _without_ulimits(line: str, names: list[str]) -> str:
-    argv = shlex.split(line)
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--ulimit" and argv[i + 1].split("=")[0] in names:
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return shlex.join(out)
 
 
 def _normalized(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -175,13 +151,13 @@ def test_dry_run_line_and_sdk_start_the_same_container(
     # the pasted line fails the same way and runs once the same limits are dropped.
     refused = re.findall(r"warning: the engine refused ulimit (\w+)", sdk.stderr)
     assert len(refused) == len(set(refused)), sdk.stderr
-    pasted = _sh(line)
+    pasted = run_shell(line, _DEBIAN_CLIENT_ENV)
     if refused:
         assert pasted.returncode != 0 and "rlimit" in pasted.stderr, pasted.stderr
         assert "InfiniBand/GPUDirect need memlock=-1" in sdk.stderr or refused != ["memlock"]
         # docker's CLI leaves the created container behind when its start fails
         docker_client.containers.get(pasted_name).remove(force=True)
-        pasted = _sh(_without_ulimits(line, refused))
+        pasted = run_shell(without_ulimits(line, refused), _DEBIAN_CLIENT_ENV)
     assert pasted.returncode == 0, f"$ {line}\n{pasted.stderr}"
 
     via_sdk = docker_client.api.inspect_container(sdk_name)

@@ -9,7 +9,6 @@ import secrets
 import shlex
 import shutil
 import stat
-import subprocess
 import tempfile
 import threading
 import time
@@ -21,15 +20,16 @@ import pytest
 
 from e2e.support import (
     BUILD_TIMEOUT_S,
-    RUN_TIMEOUT_S,
     SESSION_NAME,
     cli_env,
     container_name,
     gl,
     managed_containers,
     run_job,
+    run_shell,
     temp_name,
     tiny_config,
+    without_ulimits,
     write_project,
 )
 
@@ -198,43 +198,17 @@ def test_dry_run_line_runs_the_same_job(app: Path, docker_client: Any) -> None:
 
     # Debian's client (/usr/bin/docker) first; /usr/local/bin/docker is a newer one.
     shell_env = cli_env(PATH="/usr/bin:/bin:/usr/sbin:/sbin")
-    pasted = _sh(line, shell_env)
+    pasted = run_shell(line, shell_env)
     refused = re.findall(r"the engine refused ulimit (\w+)", real.stderr)
     if pasted.returncode != 0 and "error setting rlimit" in pasted.stderr:
         # This engine may not raise some ulimit (an unprivileged sandbox): gpulaunch warned
         # and dropped it; the pasted line fails the same way. Drop the same ones and retry.
         assert refused, f"the line hit an rlimit gpulaunch did not warn about:\n{pasted.stderr}"
-        line = _without_ulimits(line, refused)
-        pasted = _sh(line, shell_env)
+        line = without_ulimits(line, refused)
+        pasted = run_shell(line, shell_env)
     assert pasted.returncode == 0, f"$ {line}\n{pasted.stderr}"
     assert pasted.stdout == real.stdout
     assert pasted.stderr == "echo_args: a line on stderr\n"
     assert "echo_args: a line on stderr" in real.stderr.splitlines()
     name = shlex.split(line)[shlex.split(line).index("--name") + 1]
     assert docker_client.containers.list(all=True, filters={"name": name}) == []
-
-
-def _sh(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["/bin/sh", "-c", line],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-
-
-def _without_ulimits(line: str, names: list[str]) -> str:
-    argv = shlex.split(line)
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--ulimit" and argv[i + 1].split("=")[0] in names:
-            skip = True
-            continue
-        out.append(arg)
-    return shlex.join(out)
