@@ -272,7 +272,11 @@ def cumtime(stats: Mapping[tuple[str, int, str], tuple[float, ...]], names: set[
     module move. Nested matches would double count; pass names that do not call each other.
     """
     total = 0.0
+    found = False
     for (filename, _line, func), value in stats.items():
         if func in names and f"{os.sep}gpulaunch{os.sep}" in filename:
             total += value[3]
+            found = True
+    if not found:
+        raise LookupError(f"no gpulaunch function named {sorted(names)} in the profile")
     return total
