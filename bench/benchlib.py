@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 GPULAUNCH = [sys.executable, "-m", "gpulaunch"]
 ENGINE_LOCK = "/tmp/gpulaunch-e2e.lock"
@@ -260,12 +261,12 @@ def file_bytes(root: Path, rels: Iterable[str]) -> int:
     total = 0
     for rel in rels:
         st = os.lstat(root / rel)
-        if not (st.st_mode & 0o170000 == 0o040000):
+        if st.st_mode & 0o170000 != 0o040000:  # not a folder
             total += st.st_size
     return total
 
 
-def cumtime(stats: Mapping[tuple[str, int, str], tuple[float, ...]], names: set[str]) -> float:
+def cumtime(stats: Mapping[tuple[str, int, str], tuple[Any, ...]], names: set[str]) -> float:
     """Sum of cumulative time of gpulaunch functions called `names` (pstats `stats` mapping).
 
     Matched by function name inside any file under a `gpulaunch` folder, so it survives a

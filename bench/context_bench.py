@@ -55,10 +55,20 @@ def measure(runs: int) -> list[Row]:
         prof = Path(tmp) / "prof.out"
         for _ in range(runs):
             run_checked(
-                [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "gpulaunch",
-                 "build", "--dry-run", "--json"],
+                [
+                    sys.executable,
+                    "-m",
+                    "cProfile",
+                    "-o",
+                    str(prof),
+                    "-m",
+                    "gpulaunch",
+                    "build",
+                    "--dry-run",
+                    "--json",
+                ],
                 project,
-            )  # fmt: skip
+            )
             stats = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]
             hash_times.append(cumtime(stats, HASH_FUNCS))
     leaked = [e for e in entries if e.split("/")[0] in {"data", ".venv"}]

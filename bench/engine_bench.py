@@ -122,9 +122,20 @@ def measure_launch(project: Path, runs: int) -> list[Row]:
         {
             "gpulaunch": runner([*GPULAUNCH, "run", "--gpus", "0", "--", "true"], project),
             "docker": runner(
-                [docker, "run", "--rm", "--network", "none", "-v", f"{project}:/workspace",
-                 "-w", "/workspace", tag, "true"]
-            ),  # fmt: skip
+                [
+                    docker,
+                    "run",
+                    "--rm",
+                    "--network",
+                    "none",
+                    "-v",
+                    f"{project}:/workspace",
+                    "-w",
+                    "/workspace",
+                    tag,
+                    "true",
+                ]
+            ),
             "sdk": runner([sys.executable, str(sdk), tag, str(project)]),
         },
         runs,
@@ -158,9 +169,11 @@ def measure_edit_loop(project: Path, runs: int) -> list[Row]:
             rebuilt.append(edit_s)
             plain.append(plain_s)
     edit, same = median(rebuilt), median(plain)
-    detail = "no dependency layer re-executed" if not offenders else (
-        f"re-executed: {sorted(set(offenders))}"
-    )  # fmt: skip
+    detail = (
+        "no dependency layer re-executed"
+        if not offenders
+        else (f"re-executed: {sorted(set(offenders))}")
+    )
     return [
         Row("run, nothing changed", same, "s", detail="baseline"),
         Row("run after a source-only edit of train.py", edit, "s"),

@@ -6,6 +6,7 @@
 #   bench/gpu_check.sh            # needs: nvidia-smi, a Python with CUDA torch (PYTHON=...)
 #   bench/gpu_check.sh --no-gpu   # dry mode: every GPU step reports "skipped: no GPU"
 #
+# GPU_CHECK_RESULTS overrides the folder of the table (default bench/results).
 # PYTHON (default python3) runs gpulaunch (`python -m gpulaunch`; the repo is put on
 # PYTHONPATH when it is not installed) and, in host mode, the ranks. With a Docker engine the
 # container path would need an image with CUDA torch, which cannot be pulled here: the script
@@ -43,8 +44,9 @@ if ! "$python" -c 'import gpulaunch, typer, pydantic, yaml, jinja2' 2>/dev/null;
 fi
 
 date_tag=$(date -u +%Y-%m-%d)
-results="$repo/bench/results/gpu-$date_tag.md"
-if ((no_gpu)); then results="$repo/bench/results/gpu-$date_tag-no-gpu.md"; fi
+results_dir=${GPU_CHECK_RESULTS:-$repo/bench/results}
+results="$results_dir/gpu-$date_tag.md"
+if ((no_gpu)); then results="$results_dir/gpu-$date_tag-no-gpu.md"; fi
 work=$(mktemp -d /tmp/glcheck-XXXXXX)
 project="$work/project"
 out="$work/out"

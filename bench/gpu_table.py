@@ -187,9 +187,12 @@ def checks(work: Path) -> list[Check]:
         check_ranks(outputs),
         check_train(outputs),
         check_record(
-            outputs, "--precision bf16: autocast gives bf16 on the GPU", "autocast", "dtype",
+            outputs,
+            "--precision bf16: autocast gives bf16 on the GPU",
+            "autocast",
+            "dtype",
             "bfloat16",
-        ),  # fmt: skip
+        ),
         check_record(
             outputs, "--expandable-segments in the CUDA allocator settings", "memory", "ok", True
         ),

@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import context_bench
@@ -147,12 +148,13 @@ def main() -> None:
     runs = 3 if args.quick else 11
     engine_runs = 2 if args.quick else 7
     rows: list[Row] = []
-    for title, measure in (
+    parts: list[tuple[str, Callable[[], list[Row]]]] = [
         ("start-up", lambda: startup.measure(runs)),
         ("build context", lambda: context_bench.measure(3 if args.quick else 7)),
         ("topology", lambda: topology_bench.measure(20 if args.quick else 100)),
         ("engine", lambda: engine_bench.measure(engine_runs)),
-    ):
+    ]
+    for title, measure in parts:
         print(f"== {title}", flush=True)
         part = measure()
         sys.stdout.write(text_table(part))

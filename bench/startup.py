@@ -19,7 +19,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import BARE_TYPER, GPULAUNCH, Row, interleaved, median, run_checked, runner, text_table
+from benchlib import (
+    BARE_TYPER,
+    GPULAUNCH,
+    Row,
+    interleaved,
+    median,
+    run_checked,
+    runner,
+    text_table,
+)
 
 CONFIG = """version: 1
 name: benchproj
