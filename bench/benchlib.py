@@ -164,6 +164,23 @@ def benchmarks_md(
     return "\n".join(parts)
 
 
+README_START = "<!-- bench:start (python bench/run_all.py rewrites this table) -->"
+README_END = "<!-- bench:end -->"
+
+
+def replace_marked(text: str, table: str) -> str:
+    """`text` with the part between the README markers replaced by `table`.
+
+    Raises ValueError when the markers are missing or out of order (never appends blindly).
+    """
+    start = text.find(README_START)
+    end = text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError("README markers for the benchmark table are missing")
+    head = text[: start + len(README_START)]
+    return f"{head}\n{table.rstrip()}\n{text[end:]}"
+
+
 def interleaved(
     commands: Mapping[str, Callable[[], None]], runs: int, warmup: int = 1
 ) -> dict[str, list[float]]:

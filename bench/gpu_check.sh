@@ -2,6 +2,7 @@
 # GPU check for a lent GPU machine (prepared for one H200, no Docker engine: host mode,
 # `gpulaunch run --no-container`). Under 8 minutes; installs nothing; prints one table and
 # writes it to bench/results/gpu-<date>.md. Exits non-zero when any step failed or was skipped.
+# Each step has its own timeout (40+15+60+4x50+40+40 s = 6.6 min at worst).
 #
 #   bench/gpu_check.sh            # needs: nvidia-smi, a Python with CUDA torch (PYTHON=...)
 #   bench/gpu_check.sh --no-gpu   # dry mode: every GPU step reports "skipped: no GPU"
@@ -124,15 +125,15 @@ if ((no_gpu)); then
 		skip "$s" "no GPU"
 	done
 else
-	step dryrun 60 "${gl[@]}" run gpu_steps.py rank --gpus all "${mode[@]}" --dry-run --json
-	step smi 30 nvidia-smi --query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv,noheader
-	step ranks 120 "${gl[@]}" run gpu_steps.py rank --gpus all "${mode[@]}"
+	step dryrun 40 "${gl[@]}" run gpu_steps.py rank --gpus all "${mode[@]}" --dry-run --json
+	step smi 15 nvidia-smi --query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv,noheader
+	step ranks 60 "${gl[@]}" run gpu_steps.py rank --gpus all "${mode[@]}"
 	for p in fp32 bf16; do
-		step "train-$p-bare" 120 "$python" gpu_steps.py train --precision "$p"
-		step "train-$p-gl" 120 "${gl[@]}" run gpu_steps.py train --gpus 1 --precision "$p" "${mode[@]}"
+		step "train-$p-bare" 50 "$python" gpu_steps.py train --precision "$p"
+		step "train-$p-gl" 50 "${gl[@]}" run gpu_steps.py train --gpus 1 --precision "$p" "${mode[@]}"
 	done
-	step autocast 60 "${gl[@]}" run gpu_steps.py autocast --gpus 1 --precision bf16 "${mode[@]}"
-	step memory 60 "${gl[@]}" run gpu_steps.py memory --gpus 1 --expandable-segments "${mode[@]}"
+	step autocast 40 "${gl[@]}" run gpu_steps.py autocast --gpus 1 --precision bf16 "${mode[@]}"
+	step memory 40 "${gl[@]}" run gpu_steps.py memory --gpus 1 --expandable-segments "${mode[@]}"
 fi
 
 echo

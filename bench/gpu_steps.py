@@ -66,12 +66,20 @@ def _torch() -> Any:
     return torch
 
 
+def _bus_id(props: Any, local: int) -> str:
+    """PCI address from the device properties (torch >= 2.x has the parts), else its UUID."""
+    parts = [getattr(props, f"pci_{n}_id", None) for n in ("domain", "bus", "device")]
+    if all(isinstance(p, int) for p in parts):
+        return f"{parts[0]:08x}:{parts[1]:02x}:{parts[2]:02x}.0"
+    return str(getattr(props, "uuid", f"local-{local}"))
+
+
 def cmd_rank(_args: argparse.Namespace) -> int:
     torch = _torch()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     props = torch.cuda.get_device_properties(local)
-    bus = getattr(props, "pci_bus_id", None)
+    bus = _bus_id(props, local)
     _emit(
         "rank",
         rank=int(os.environ.get("RANK", "0")),

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from benchlib import (
+    README_END,
+    README_START,
     Machine,
     Row,
     benchmarks_md,
@@ -23,6 +25,7 @@ from benchlib import (
     median,
     ratio,
     reexecuted_dependency_steps,
+    replace_marked,
     text_table,
 )
 
@@ -199,3 +202,18 @@ def test_cumtime_sums_gpulaunch_functions_by_name() -> None:
     assert cumtime(stats, {"scan", "hash_entries"}) == pytest.approx(0.005)
     with pytest.raises(LookupError, match="no gpulaunch function"):
         cumtime(stats, {"renamed"})
+
+
+def test_replace_marked_rewrites_only_between_markers() -> None:
+    text = f"# T\n\nbefore\n{README_START}\nold table\n{README_END}\nafter\n"
+    new = replace_marked(text, "| new |\n")
+    assert new == f"# T\n\nbefore\n{README_START}\n| new |\n{README_END}\nafter\n"
+    assert replace_marked(new, "| new |\n") == new  # idempotent
+
+
+@pytest.mark.parametrize(
+    "text", ["no markers", f"{README_END}\n{README_START}\n", f"{README_START} only"]
+)
+def test_replace_marked_refuses_missing_markers(text: str) -> None:
+    with pytest.raises(ValueError, match="markers"):
+        replace_marked(text, "| t |")

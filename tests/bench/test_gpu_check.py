@@ -228,3 +228,14 @@ def test_gpu_check_refuses_unknown_arguments() -> None:
     )
     assert proc.returncode == 2
     assert "usage:" in proc.stderr
+
+
+def test_bus_id_from_pci_parts_else_uuid() -> None:
+    from types import SimpleNamespace
+
+    from gpu_steps import _bus_id
+
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x18, pci_device_id=0)
+    assert _bus_id(props, 0) == "00000000:18:00.0"
+    assert _bus_id(SimpleNamespace(uuid="GPU-abc"), 1) == "GPU-abc"
+    assert _bus_id(SimpleNamespace(), 2) == "local-2"
