@@ -1,60 +1,120 @@
-"""Start-up benchmark: `gpulaunch --help` against a bare typer app, measured in the same run.
+"""Start-up benchmarks against a bare typer app's `--help`, measured in the same run.
 
-The goal (issue: foundation) is that --help starts about as fast as a bare typer app, because
-docker, jinja2, pydantic and NVML load only in the commands that need them. Prints the median
-wall time of each and their ratio; exits non-zero only if a run fails (timings are reported,
-not asserted: machines differ).
+- `gpulaunch --help` (goal <= 1.25x the bare typer app),
+- `gpulaunch run train.py --gpus 4 --dry-run` in a temp project whose config allows GPUs
+  (no GPU and no daemon needed; goal <= 2.0x),
+- `gpulaunch init --yes` in a project with a 5,000-line requirements.txt and a pyproject with
+  300 dependencies (goal <= 2x `gpulaunch --help`).
 
-    python bench/startup.py [--runs 15]
+Prints medians and ratios; exits non-zero only if a run fails (timings are reported, not
+asserted).
+
+    python bench/startup.py [--runs 11]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-BARE = """
-import typer
-app = typer.Typer(add_completion=False)
-@app.command()
-def a() -> None: ...
-@app.command()
-def b() -> None: ...
-app()
+from benchlib import (
+    BARE_TYPER,
+    GPULAUNCH,
+    Row,
+    interleaved,
+    median,
+    run_checked,
+    runner,
+    text_table,
+)
+
+CONFIG = """version: 1
+name: benchproj
+image:
+  python: "3.11"
+  torch: "2.4.1"
+  cuda: "12.1"
+launch:
+  gpus: 4
 """
 
 
-def _median(argv: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def make_dryrun_project(root: Path) -> Path:
+    project = root / "dry"
+    project.mkdir()
+    (project / "train.py").write_text("print('train')\n")
+    (project / "gpulaunch.yaml").write_text(CONFIG)
+    return project
+
+
+def make_big_project(root: Path) -> Path:
+    """5,000 requirement lines (no torch pin among them) and 300 pyproject dependencies."""
+    project = root / "big"
+    project.mkdir()
+    (project / "train.py").write_text("print('train')\n")
+    reqs = ["torch==2.4.1"] + [f"pkg-{i:04d}>=1.{i % 10},<3  # line {i}" for i in range(4999)]
+    (project / "requirements.txt").write_text("\n".join(reqs) + "\n")
+    deps = ",\n".join(f'  "dep-{i:03d}>=0.{i % 7}"' for i in range(300))
+    (project / "pyproject.toml").write_text(
+        f'[project]\nname = "big"\nversion = "0"\nrequires-python = ">=3.11"\n'
+        f"dependencies = [\n{deps}\n]\n"
+    )
+    return project
+
+
+def measure(runs: int) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="glbench-startup-") as tmp:
+        root = Path(tmp)
+        bare = root / "bare.py"
+        bare.write_text(BARE_TYPER)
+        dry = make_dryrun_project(root)
+        big = make_big_project(root)
+        init_argv = [*GPULAUNCH, "init", "--yes", "--force", "--cuda", "12.1", str(big)]
+        # the first init must succeed and write the config (then --force rewrites it each run)
+        run_checked(init_argv)
+        if not (big / "gpulaunch.yaml").is_file():
+            raise RuntimeError("init wrote no gpulaunch.yaml")
+        times = interleaved(
+            {
+                "typer": runner([sys.executable, str(bare), "--help"]),
+                "help": runner([*GPULAUNCH, "--help"]),
+                "dry": runner([*GPULAUNCH, "run", "train.py", "--gpus", "4", "--dry-run"], dry),
+                "init": runner(init_argv),
+            },
+            runs,
+        )
+    typer_s = median(times["typer"])
+    help_s = median(times["help"])
+    dry_s = median(times["dry"])
+    init_s = median(times["init"])
+    base = f"bare typer --help {typer_s * 1000:.0f} ms"
+    return [
+        Row("bare typer app --help", typer_s, "s", detail="baseline"),
+        Row("gpulaunch --help", help_s, "s"),
+        Row("gpulaunch run train.py --gpus 4 --dry-run", dry_s, "s"),
+        Row(
+            "gpulaunch init (5,000-line requirements, 300 pyproject deps)",
+            init_s,
+            "s",
+        ),
+        Row("--help vs typer", help_s / typer_s, "x", 1.25, base),
+        Row("run --gpus 4 --dry-run vs typer", dry_s / typer_s, "x", 2.0, base),
+        Row(
+            "init (big project) vs gpulaunch --help",
+            init_s / help_s,
+            "x",
+            2.0,
+            f"gpulaunch --help {help_s * 1000:.0f} ms",
+        ),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=15)
-    runs = parser.parse_args().runs
-    with tempfile.TemporaryDirectory() as tmp:
-        bare = Path(tmp) / "bare.py"
-        bare.write_text(BARE)
-        subprocess.run([sys.executable, str(bare), "--help"], check=True, capture_output=True)
-        baseline = _median([sys.executable, str(bare), "--help"], runs)
-    ours = _median([sys.executable, "-m", "gpulaunch", "--help"], runs)
-    heavy = _median([sys.executable, "-c", "import docker, jinja2, pydantic, yaml, rich"], runs)
-    print(f"bare typer --help     : {baseline * 1000:7.1f} ms (baseline)")
-    print(f"gpulaunch --help      : {ours * 1000:7.1f} ms  ratio {ours / baseline:.2f}x")
-    print(
-        f"import docker+jinja2+pydantic+yaml+rich: {heavy * 1000:7.1f} ms "
-        f"(what eager imports would add)"
-    )
+    parser.add_argument("--runs", type=int, default=11)
+    sys.stdout.write(text_table(measure(parser.parse_args().runs)))
 
 
 if __name__ == "__main__":
