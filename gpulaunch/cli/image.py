@@ -159,7 +159,7 @@ def schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-def _build_with_progress(cfg: Any, project: Path, opts: Any) -> Any:
+def _build_with_progress(cfg: Any, project: Path, opts: Any, engine: Any = None) -> Any:
     """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr."""
     from rich.console import Console
 
@@ -167,7 +167,7 @@ def _build_with_progress(cfg: Any, project: Path, opts: Any) -> Any:
     from gpulaunch.image.build import run_build
 
     console = Console(stderr=True)
-    engine = _engine()
+    engine = engine or _engine()
     with console.status("building…") as status:
 
         def on_progress(progress: Any) -> None:

@@ -176,10 +176,12 @@ def run(
         return
     plan = plan_run(cfg, project, cwd, opts, "(pending)")  # validate flags before building
     _print_warnings(plan)
-    outcome = _build_with_progress(cfg, project, BuildOptions(rebuild=rebuild, config_file=config))
+    engine = _engine()  # one client for the build check and the run
+    outcome = _build_with_progress(
+        cfg, project, BuildOptions(rebuild=rebuild, config_file=config), engine
+    )
     plan.run.image = outcome.tag
     write_run_files(plan, project)
-    engine = _engine()
     from gpulaunch.engine.supervise import start, supervise
 
     if detach:
