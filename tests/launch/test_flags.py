@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv, sdk_kwargs
+from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv, sdk_kwargs, shell_line
 from gpulaunch.errors import ConfigError
 from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
 
@@ -154,3 +154,15 @@ def test_script_command(tmp_path: Path) -> None:
     outside.write_text("")
     with pytest.raises(ConfigError, match="outside the project"):
         script_command(str(outside), [], tmp_path, tmp_path, 1, None)
+
+
+def test_shell_line_is_pasteable_into_a_posix_shell() -> None:
+    assert shell_line(["echo", "a b", "$HOME", "it's"]) == "echo 'a b' '$HOME' 'it'\"'\"'s'"
+
+
+def test_the_default_stop_timeout_outlasts_torchruns_own_30_s() -> None:
+    plan = _plan()
+    assert plan.stop_timeout == 45
+    argv = docker_run_argv(plan)
+    assert argv[argv.index("--stop-timeout") + 1] == "45"
+    assert sdk_kwargs(plan)["stop_timeout"] == 45
