@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv, sdk_kwargs, shell_line
+from gpulaunch.engine.runspec import (
+    Mount,
+    RunPlan,
+    base_labels,
+    docker_run_argv,
+    sdk_kwargs,
+    shell_line,
+)
 from gpulaunch.errors import ConfigError
 from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
 
@@ -166,3 +173,17 @@ def test_the_default_stop_timeout_outlasts_torchruns_own_30_s() -> None:
     argv = docker_run_argv(plan)
     assert argv[argv.index("--stop-timeout") + 1] == "45"
     assert sdk_kwargs(plan)["stop_timeout"] == 45
+
+
+def test_labels_of_a_run_carry_the_run_id_and_the_project() -> None:
+    labels = base_labels("proj", "20261203-abc")
+    assert labels["io.gpulaunch.run-id"] == "20261203-abc"
+    assert labels["io.gpulaunch.project"] == "proj"
+    assert labels["io.gpulaunch.managed"] == "true"
+
+
+@pytest.mark.parametrize("gpus", [0, "0"])
+def test_no_gpu_request_means_no_device_request(gpus: int | str) -> None:
+    plan = _plan(gpus=gpus)
+    assert "device_requests" not in sdk_kwargs(plan)
+    assert "--gpus" not in docker_run_argv(plan)
