@@ -103,11 +103,17 @@ def run(
     gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
     Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.engine.buildspec import Builder
-    from gpulaunch.engine.docker_api import Engine
-    from gpulaunch.engine.runspec import shell_line
-    from gpulaunch.image.build import BuildOptions, prepare_build
-    from gpulaunch.launch.plan import RunOptions, plan_run, write_run_files
+    from gpulaunch.jobs.execute import (
+        PENDING_IMAGE,
+        JobIO,
+        JobSpec,
+        build_image,
+        plan_job,
+        run_attached,
+        run_on_this_host,
+        start_detached,
+    )
+    from gpulaunch.launch.plan import RunOptions
 
     _check_network(network)
     _check_single_line(
@@ -150,49 +156,47 @@ def run(
         expandable_segments=expandable_segments,
         no_container=no_container,
     )
-    cwd = Path.cwd()
-    if no_container:
-        plan = plan_run(cfg, project, cwd, opts, "(host)")
-        _print_warnings(plan)
-        if dry_run:
-            _print_dry_run(plan, None, None, as_json)
-            return
-        from gpulaunch.engine.host import run_on_host
-
-        write_run_files(plan, project)
-
-        _err(f"running on this host: {shell_line(plan.run.command)}")
-        code = run_on_host(plan.run, cwd)
-        if code:
-            _err(f"gpulaunch: job exited with {code}")
-        raise typer.Exit(code)
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     if dry_run:
-        kind: Builder = _builder_choice(None)  # type: ignore[assignment]
-        cli = Engine().docker_cli() if kind == "buildkit" else None
-        prepared = prepare_build(cfg, project, kind, BuildOptions(builder=kind, config_file=config))
-        plan = plan_run(cfg, project, cwd, opts, prepared.tag)
-        _print_warnings(plan)
-        _print_dry_run(plan, prepared, cli, as_json, detach)
+        _dry_run(spec, as_json, detach)
         return
-    plan = plan_run(cfg, project, cwd, opts, "(pending)")  # validate flags before building
-    _print_warnings(plan)
-    engine = _engine()  # one client for the build check and the run
-    outcome = _build_with_progress(
-        cfg, project, BuildOptions(rebuild=rebuild, config_file=config), engine
-    )
-    plan.run.image = outcome.tag
-    write_run_files(plan, project)
-    from gpulaunch.engine.supervise import start, supervise
-
-    if detach:
-        container = start(engine, plan.run, _err)
-        typer.echo(container.name)
-        return
-    _err(f"running {plan.run.name}: {shell_line(plan.run.command)}")
-    code = supervise(engine, plan.run, out=sys.stdout.buffer, err=sys.stderr.buffer, warn=_err)
+    job = plan_job(spec, "(host)" if no_container else PENDING_IMAGE)  # before any build
+    _print_warnings(job.plan)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    if no_container:
+        code = run_on_this_host(job, io)
+    else:
+        engine = _engine()  # one client for the build check and the run
+        build_image(job, engine, io)
+        if detach:
+            typer.echo(start_detached(job, engine, io))
+            return
+        code = run_attached(job, engine, io)
     if code:
         _err(f"gpulaunch: job exited with {code}")
     raise typer.Exit(code)
+
+
+def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
+    """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
+    from gpulaunch.engine.buildspec import Builder
+    from gpulaunch.engine.docker_api import Engine
+    from gpulaunch.image.build import BuildOptions, prepare_build
+    from gpulaunch.jobs.execute import plan_job
+
+    if spec.opts.no_container:
+        job = plan_job(spec, "(host)")
+        _print_warnings(job.plan)
+        _print_dry_run(job.plan, None, None, as_json)
+        return
+    kind: Builder = _builder_choice(None)  # type: ignore[assignment]
+    cli = Engine().docker_cli() if kind == "buildkit" else None
+    prepared = prepare_build(
+        spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
+    )
+    job = plan_job(spec, prepared.tag)
+    _print_warnings(job.plan)
+    _print_dry_run(job.plan, prepared, cli, as_json, detach)
 
 
 def _print_warnings(plan: Any) -> None:
