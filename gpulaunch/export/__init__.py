@@ -1,5 +1,5 @@
 """Exports of the same launch plan to other engines: Kubernetes manifests, Slurm batch scripts.
 
-May import launch, image, catalog, project, engine, cluster and the shared modules; never
+May import launch, image, catalog, project, engine, outside and the shared modules; never
 typer, click or rich.
 """
