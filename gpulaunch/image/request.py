@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
     _CU_VARIANT_RE,
@@ -28,7 +29,6 @@ from gpulaunch.image.catalog_data import (
     _nearest,
     _vt,
     _xy,
-    load_catalog,
 )
 
 FLAVORS = ("runtime", "devel", "ngc", "cpu")
@@ -280,15 +280,23 @@ def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> 
     return row.driver
 
 
-def min_driver_for(cuda: str) -> str:
-    """Lowest Linux driver that runs this CUDA via minor-version compatibility."""
+def min_driver_for(cuda: str, base_image: str | None = None) -> str:
+    """Lowest Linux driver that starts a container of this image for every GPU brand: the
+    image's own rule (nvidia/cuda NVIDIA_REQUIRE_CUDA, an NGC release's floor), else a torch
+    wheel's minor-version floor (gpulaunch.catalog.driver_rule). Without `base_image`: the
+    nvidia/cuda image of that CUDA version."""
     m = _CUDA_RE.match(cuda.strip())
-    floors = load_catalog().minor_version_floor
-    if not m or m.group(1) not in floors:
-        raise CatalogError(
-            f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {_join(floors)}"
-        )
-    return floors[m.group(1)]
+    if not m:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    req = (
+        driver_rule.cuda_image_requirement(cuda.strip())
+        if base_image is None
+        else driver_rule.requirement_for(base_image, cuda.strip())
+    )
+    needed = req.needed() if req else None
+    if needed is None:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    return needed
 
 
 def _driver_tuple(driver: str) -> tuple[int, ...]:
@@ -298,6 +306,6 @@ def _driver_tuple(driver: str) -> tuple[int, ...]:
     return _vt(text)
 
 
-def driver_satisfies(driver: str, cuda: str) -> bool:
-    """True when `driver` is at least the minor-version-compatibility floor for `cuda`."""
-    return _driver_tuple(driver) >= _vt(min_driver_for(cuda))
+def driver_satisfies(driver: str, cuda: str, base_image: str | None = None) -> bool:
+    """True when `driver` starts the image for every GPU brand (see min_driver_for)."""
+    return _driver_tuple(driver) >= _vt(min_driver_for(cuda, base_image))

@@ -86,7 +86,7 @@ def test_torch_241_defaults() -> None:
     assert (res.os, res.python, res.python_source) == ("ubuntu22.04", "3.10", "distro")
     assert res.cuda == "12.1.1"
     assert res.cudnn is None
-    assert res.min_driver == "525.60.13"
+    assert res.min_driver == "530.30.02"  # the image's cuda>=12.1 (R530), not the 12.x floor
     assert res.recommended_driver == "530.30.02"
     assert res.cuda_archs == ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
     assert res.ngc_tag is None
@@ -109,7 +109,7 @@ def test_cudnn9_with_cuda_124() -> None:
 def test_cudnn8_with_cuda_118() -> None:
     res = _resolve(torch="2.3.1", cuda="11.8", cudnn="8", flavor="devel")
     assert res.base_image == "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
-    assert res.min_driver == "450.80.02"
+    assert res.min_driver == "520.61.05"  # cuda>=11.8
 
 
 def test_cudnn9_token_for_1232() -> None:
@@ -361,10 +361,24 @@ def test_matrix_filters() -> None:
 
 @pytest.mark.parametrize(
     ("cuda", "floor"),
-    [("11.8", "450.80.02"), ("12.4", "525.60.13"), ("12.4.1", "525.60.13"), ("13.0", "580.65.06")],
+    [("11.8", "520.61.05"), ("12.4", "550.54.14"), ("12.4.1", "550.54.14"), ("13.0", "580.65.06")],
 )
 def test_min_driver_for(cuda: str, floor: str) -> None:
+    """The nvidia/cuda image's cuda>=X.Y: the first driver of that CUDA version."""
     assert min_driver_for(cuda) == floor
+
+
+@pytest.mark.parametrize(
+    ("cuda", "base", "floor"),
+    [
+        ("12.8", "python:3.12-slim", "525.60.13"),  # wheel only: minor-version compatibility
+        ("13.0", "python:3.12-slim", "580.65.06"),
+        ("12.8", "nvidia/cuda:12.8.1-runtime-ubuntu22.04", "570.26"),
+        ("12.4.1", "nvcr.io/nvidia/pytorch:24.05-py3", "545"),
+    ],
+)
+def test_min_driver_for_base(cuda: str, base: str, floor: str) -> None:
+    assert min_driver_for(cuda, base) == floor
 
 
 def test_min_driver_unknown_major() -> None:
@@ -375,11 +389,15 @@ def test_min_driver_unknown_major() -> None:
 @pytest.mark.parametrize(
     ("driver", "cuda", "ok"),
     [
-        ("535.104.05", "12.4", True),
-        ("525.60.13", "12.8", True),
+        # every brand, nvidia/cuda image of that CUDA: the cuda>=X.Y alternative
+        ("535.104.05", "12.4", False),
+        ("550.54.14", "12.4", True),
+        ("525.60.13", "12.8", False),
+        ("570.26", "12.8", True),
         ("525.60.12", "12.1", False),
         ("470.82.01", "12.1", False),
-        ("470.82.01", "11.8", True),
+        ("470.82.01", "11.8", False),
+        ("520.61.05", "11.8", True),
         ("575.57.08", "13.0", False),
         ("580.95.05", "13.0.2", True),
         ("1000.1", "13.0", True),  # numeric, not lexicographic
@@ -387,6 +405,12 @@ def test_min_driver_unknown_major() -> None:
 )
 def test_driver_satisfies(driver: str, cuda: str, ok: bool) -> None:
     assert driver_satisfies(driver, cuda) is ok
+
+
+def test_driver_satisfies_wheel_on_plain_base() -> None:
+    """A cu128 wheel on python:*-slim meets no container rule: the 12.x floor applies."""
+    assert driver_satisfies("525.60.13", "12.8", "python:3.12-slim")
+    assert not driver_satisfies("525.60.12", "12.8", "python:3.12-slim")
 
 
 def test_driver_satisfies_rejects_garbage() -> None:
