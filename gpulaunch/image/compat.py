@@ -56,6 +56,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
             resolved = resolve(
                 ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
             )
+            rule = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
             confidences = [
                 rel.confidence,
                 patch.confidence,
@@ -75,6 +76,8 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     archs=resolved.cuda_archs,
                     status=variant.status if variant else "stable",
                     confidence=max(confidences, key=CONFIDENCES.index),
+                    driver_requirement=rule.text if rule else None,
+                    driver_branches=tuple(rule.branches()) if rule else (),
                 )
             )
     return rows

@@ -102,6 +102,10 @@ class MatrixRow:
     archs: tuple[str, ...]
     status: str
     confidence: str
+    # the image's driver rule (gpulaunch.catalog.driver_rule): its text, and the older driver
+    # branches it admits for some GPU brands (forward compatibility)
+    driver_requirement: str | None = None
+    driver_branches: tuple[str, ...] = ()
 
     @property
     def python_range(self) -> str:
@@ -203,19 +207,46 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
 
 
 def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
-    """The wheel variant: the requested CUDA x.y, else PyPI's default, else newest stable."""
+    """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
+    gpulaunch.catalog.driver_rule.broad_reach)."""
     rel = sel.release
     if cuda is None:
-        for v in rel.variants:
-            if v.cuda == rel.pypi_default:
-                return v
-        return _newest([v for v in rel.variants if v.status == "stable"], lambda v: v.cuda)
+        return broad_reach_variant(rel)
     for v in rel.variants:
         if v.cuda == cuda.xy:
             return v
     raise CatalogError(
         f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
         f"available: {_join(v.variant for v in rel.variants)}"
+    )
+
+
+def broad_reach_variant(rel: TorchRelease) -> Variant:
+    """The default build when no CUDA is asked for: among upstream's stable builds, the one
+    whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
+    then the newer CUDA. Without stable builds: PyPI's default, else the newest."""
+    stable = [v for v in rel.variants if v.status == "stable"] or list(rel.variants)
+
+    def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
+        need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
+        return (_vt(need), v.cuda != rel.pypi_default, tuple(-n for n in _vt(v.cuda)))
+
+    return min(stable, key=key)
+
+
+def explain_cuda_choice(resolved: ResolvedImage, asked_cuda: str | None = None) -> str:
+    """One line saying why this CUDA build was chosen (init and render print it)."""
+    if resolved.cuda is None:
+        return "CPU-only build: no CUDA, no driver needed"
+    need = f"driver >= {resolved.min_driver}"
+    if resolved.ngc_tag:
+        return f"CUDA {resolved.cuda} comes with NGC {resolved.ngc_tag}; {need}"
+    if asked_cuda:
+        return f"CUDA {resolved.cuda}: as asked; the image needs {need}"
+    return (
+        f"CUDA {resolved.cuda} ({resolved.torch_variant}): of torch {resolved.torch}'s stable "
+        f"builds, the one the most drivers can start (driver >= {resolved.min_driver}); "
+        "set image.cuda for a newer CUDA (e.g. Blackwell GPUs need 12.8+)"
     )
 
 

@@ -174,3 +174,26 @@ def test_host_check_uses_the_brand(tmp_path) -> None:  # type: ignore[no-untyped
     compat.check(resolved, mixed, [0])  # only the selected GPU's brand counts
     with pytest.raises(ConfigError):
         compat.check(resolved, mixed, [1])
+
+
+@pytest.mark.parametrize(
+    ("torch", "variant", "pypi_default"),
+    [
+        ("2.4.1", "cu118", "12.1"),  # R520 beats cu121's R530
+        ("2.9.1", "cu126", "12.8"),
+        ("2.11.0", "cu128", "13.0"),  # PyPI's CUDA 13.0 default needs R580
+    ],
+)
+def test_default_build_prefers_driver_reach(torch: str, variant: str, pypi_default: str) -> None:
+    from gpulaunch.image.request import ImageRequest, explain_cuda_choice
+
+    resolved = resolve(ImageRequest(torch=torch))
+    assert resolved.torch_variant == variant
+    assert resolved.cuda and not resolved.cuda.startswith(pypi_default)
+    line = explain_cuda_choice(resolved)
+    assert line.startswith(f"CUDA {resolved.cuda} ({variant}): ")
+    assert f"driver >= {resolved.min_driver}" in line and "\n" not in line
+    asked = resolve(ImageRequest(torch=torch, cuda=pypi_default))
+    assert explain_cuda_choice(asked, pypi_default).startswith(f"CUDA {asked.cuda}: as asked")
+    cpu = resolve(ImageRequest(torch=torch, cuda="cpu"))
+    assert explain_cuda_choice(cpu) == "CPU-only build: no CUDA, no driver needed"

@@ -78,17 +78,24 @@ def test_default_torch_resolves_with_default_variant() -> None:
 
 
 def test_torch_241_defaults() -> None:
+    """No CUDA asked: the stable build most drivers can start (cu118: R520, vs cu121: R530),
+    not PyPI's default."""
     res = _resolve(torch="2.4.1")
-    assert res.torch_variant == "cu121"
-    assert res.base_image == "nvidia/cuda:12.1.1-runtime-ubuntu22.04"
-    assert res.torch_index_url == "https://download.pytorch.org/whl/cu121"
+    assert res.torch_variant == "cu118"
+    assert res.base_image == "nvidia/cuda:11.8.0-runtime-ubuntu22.04"
+    assert res.torch_index_url == "https://download.pytorch.org/whl/cu118"
     assert (res.torchvision, res.torchaudio) == ("0.19.1", "2.4.1")
     assert (res.os, res.python, res.python_source) == ("ubuntu22.04", "3.10", "distro")
-    assert res.cuda == "12.1.1"
+    assert res.cuda == "11.8.0"
     assert res.cudnn is None
-    assert res.min_driver == "530.30.02"  # the image's cuda>=12.1 (R530), not the 12.x floor
-    assert res.recommended_driver == "530.30.02"
-    assert res.cuda_archs == ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
+    assert res.min_driver == "520.61.05"  # the image's cuda>=11.8, not the 11.x floor
+    assert res.recommended_driver == "520.61.05"
+    assert res.cuda_archs == ("3.7", "5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
+    cu121 = _resolve(torch="2.4.1", cuda="12.1")
+    assert (cu121.base_image, cu121.min_driver) == (
+        "nvidia/cuda:12.1.1-runtime-ubuntu22.04",
+        "530.30.02",
+    )
     assert res.ngc_tag is None
     assert res.warnings == ()
 
@@ -148,7 +155,7 @@ def test_default_variant_falls_back_when_os_lacks_it() -> None:
     res = _resolve(torch="2.6.0", os="ubuntu24.04")
     assert res.torch_variant == "cu126"
     assert res.base_image == "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
-    assert any("default cu124 has no matching image" in w for w in res.warnings)
+    assert any("default cu118 has no matching image" in w for w in res.warnings)
 
 
 def test_cpu_flavor() -> None:
@@ -191,8 +198,8 @@ def test_ngc_by_cuda_and_default_skips_low_confidence() -> None:
 def test_explicit_base() -> None:
     res = _resolve(base="ghcr.io/acme/base:1", torch="2.5.1", python="3.12")
     assert (res.base_image, res.os, res.python_source) == ("ghcr.io/acme/base:1", None, "image")
-    assert res.torch_variant == "cu124" and res.cuda == "12.4"
-    assert res.torch_index_url == "https://download.pytorch.org/whl/cu124"
+    assert res.torch_variant == "cu118" and res.cuda == "11.8"  # broadest driver reach
+    assert res.torch_index_url == "https://download.pytorch.org/whl/cu118"
     res = _resolve(base="ghcr.io/acme/base:1", torch="2.5.1", cuda="cpu")
     assert res.torch_variant == "cpu" and res.cuda is None
 
@@ -227,10 +234,11 @@ def test_210_is_not_21() -> None:
 
 
 def test_labels() -> None:
-    labels = _resolve(torch="2.4.1").labels()
+    labels = _resolve(torch="2.4.1", cuda="12.1").labels()
     assert labels["io.gpulaunch.torch"] == "2.4.1"
     assert labels["io.gpulaunch.torch-variant"] == "cu121"
     assert labels["io.gpulaunch.cuda"] == "12.1.1"
+    assert labels["io.gpulaunch.min-driver"] == "530.30.02"
     assert labels["org.opencontainers.image.base.name"] == "nvidia/cuda:12.1.1-runtime-ubuntu22.04"
     assert "io.gpulaunch.cudnn" not in labels
     assert all(isinstance(v, str) and v for v in labels.values())
