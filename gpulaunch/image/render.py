@@ -221,6 +221,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "python_source": resolved.python_source,
         "python_bin": python_bin,
         "system_site_packages": resolved.flavor == "ngc",
+        "ngc": resolved.flavor == "ngc",
         "torch_install": torch_install,
         "torch_summary": _torch_summary(resolved),
         "torch_source_flags": torch_flags,

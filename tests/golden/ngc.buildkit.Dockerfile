@@ -15,9 +15,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_ROOT_USER_ACTION=ignore \
-    VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:$PATH
+    PIP_ROOT_USER_ACTION=ignore
 
 LABEL org.opencontainers.image.title="example-ngc" \
       io.gpulaunch.version="0.1.0" \
@@ -32,12 +30,13 @@ LABEL org.opencontainers.image.title="example-ngc" \
       io.gpulaunch.min-driver="555" \
       io.gpulaunch.ngc-tag="24.07"
 
-# 2. Python 3.10 (image) in a venv at a fixed path (no PEP 668 trouble)
-RUN python3 -m venv --system-site-packages /opt/venv
+# 2. Python 3.10: the NGC image's own, used the way NVIDIA documents (pip into the
+# image's Python). No venv: creating one needs python3.X-venv, which NGC images do not ship.
 
-# Pin torch* to what is installed so requirements cannot swap in another CUDA build.
+# Keep NGC's /etc/pip/constraint.txt (it pins NVIDIA's torch stack) in force and extend it
+# with the torch* the image ships, so requirements cannot replace NVIDIA's builds.
 RUN mkdir -p /opt/gpulaunch \
- && python -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')" > /opt/gpulaunch/constraints.txt
+ && { if [ -f /etc/pip/constraint.txt ]; then cat /etc/pip/constraint.txt; echo; fi; python3 -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')"; } > /opt/gpulaunch/constraints.txt
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements
