@@ -4,7 +4,7 @@ a venv, and NGC's constraint must still decide what pip installs."""
 
 from __future__ import annotations
 
-import io
+import contextlib
 import secrets
 import zipfile
 from pathlib import Path
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from engine_env import base_image
 
 from e2e.support import cli_env, gl
-from engine_env import base_image
 
 pytestmark = pytest.mark.docker
 
@@ -107,7 +107,5 @@ def test_ngc_render_keeps_the_image_constraints(docker_client: Any, tmp_path: Pa
         assert lines[-1] == "no-venv"
     finally:
         for tag in (built, fake_ngc):
-            try:
+            with contextlib.suppress(Exception):
                 docker_client.images.remove(tag, force=True)
-            except Exception:
-                pass
