@@ -268,7 +268,8 @@ def _choose_image(
             raise CatalogError(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
             )
-    return _newest(on_os, lambda img: img.cuda), os_name
+    documented = [img for img in on_os if img.confidence == "high"] if full is None else []
+    return _newest(documented or on_os, lambda img: img.cuda), os_name
 
 
 def _resolve_cuda(
@@ -300,7 +301,9 @@ def _resolve_cuda(
 
     if image.confidence == "low":
         warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
-    latest = _newest([img for img in cat.cuda_images if img.xy == image.xy], lambda i: i.cuda)
+    same = [i for i in cat.cuda_images if i.xy == image.xy]  # documented patches, if it is one
+    documented = [i for i in same if i.confidence == "high"] if image.confidence == "high" else []
+    latest = _newest(documented or same, lambda i: i.cuda)
     if _vt(image.cuda) < _vt(latest.cuda):
         warnings.append(
             f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "

@@ -13,6 +13,7 @@ import yaml
 
 from gpulaunch.errors import CatalogError, ConfigError, ExitCode
 from gpulaunch.image import catalog_data as cat_mod
+from gpulaunch.image import resolver as resolver_mod
 from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.compat import gpu_compute_capability, matrix, supports_arch
 from gpulaunch.image.request import ImageRequest, ResolvedImage, driver_satisfies, min_driver_for
@@ -219,10 +220,20 @@ def test_torchaudio_absent_from_212() -> None:
         assert res.torchaudio is None and res.torchvision is not None
 
 
-def test_low_confidence_row_warns() -> None:
-    res = _resolve(torch="2.12.0")
+def test_low_confidence_row_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No packaged torch patch row is low any more (the audit confirmed them): mark one.
+    def lower(rel: Any) -> Any:
+        patches = tuple(
+            p._replace(confidence="low") if p.torch == "2.12.1" else p for p in rel.patches
+        )
+        return rel._replace(patches=patches)
+
+    low_cat = CAT._replace(releases=tuple(lower(r) for r in CAT.releases))
+    monkeypatch.setattr(resolver_mod, "load_catalog", lambda: low_cat)
+    res = _resolve(torch="2.12.1")
     assert any("low-confidence" in w for w in res.warnings)
-    assert _resolve(torch="2.12").torch == "2.12.1"  # the low row is not a default
+    assert _resolve(torch="2.12").torch == "2.12.0"  # the low row is not a default
+    assert all("low-confidence" not in w for w in _resolve(torch="2.12.0").warnings)
 
 
 def test_210_is_not_21() -> None:
