@@ -29,6 +29,7 @@ class FakeGpu:
     cpu_mask: int = 0b1
     name: str = H100
     nvlinks: list[int] = field(default_factory=list)  # state per link; past the end: error
+    brand: int = 2  # nvmlDeviceGetBrand: NVML_BRAND_TESLA (datacenter); 5 GeForce, 14 NVIDIA
 
 
 def gpus(*names: str) -> list[FakeGpu]:
@@ -112,6 +113,9 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetName(self, handle: int) -> Any:
         return self._s(self.devices[handle].name)
+
+    def nvmlDeviceGetBrand(self, handle: int) -> int:
+        return self.devices[handle].brand
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
         return types.SimpleNamespace(busId=self._s(self.devices[handle].bus_id))

@@ -35,6 +35,15 @@ def matrix_json(torch: str | None, cuda: str | None) -> list[dict[str, Any]]:
     return rows
 
 
+def _driver_cell(row: MatrixRow) -> str:
+    """The driver every GPU needs, and the older branches some brands may use."""
+    if not row.min_driver:
+        return "-"
+    if not row.driver_branches:
+        return row.min_driver
+    return f"{row.min_driver} (or branch {', '.join(row.driver_branches)}*)"
+
+
 def matrix_table(torch: str | None, cuda: str | None) -> Table:
     from rich.table import Table
 
@@ -60,8 +69,13 @@ def matrix_table(torch: str | None, cuda: str | None) -> Table:
             row.python_range,
             row.torchvision or "-",
             row.torchaudio or "-",
-            row.min_driver or "-",
+            _driver_cell(row),
             f"{row.archs[0]}…{row.archs[-1]}" if row.archs else "-",
             status,
         )
+    table.caption = (
+        "min driver: what the image's NVIDIA_REQUIRE_CUDA needs for every GPU; "
+        "* forward-compatibility branches, for the GPU brands the image lists "
+        "(datacenter brands; GeForce/Titan only up to CUDA 12.4)"
+    )
     return table

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpulaunch.catalog import driver_rule
 from gpulaunch.engine import nvml
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image.catalog_data import (
@@ -26,7 +27,6 @@ from gpulaunch.image.request import (
     _CudaReq,
     _parse_cuda,
     _select_torch,
-    driver_satisfies,
 )
 from gpulaunch.image.resolver import resolve
 
@@ -56,6 +56,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
             resolved = resolve(
                 ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
             )
+            rule = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
             confidences = [
                 rel.confidence,
                 patch.confidence,
@@ -75,6 +76,8 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     archs=resolved.cuda_archs,
                     status=variant.status if variant else "stable",
                     confidence=max(confidences, key=CONFIDENCES.index),
+                    driver_requirement=rule.text if rule else None,
+                    driver_branches=tuple(rule.branches()) if rule else (),
                 )
             )
     return rows
@@ -131,6 +134,7 @@ def gpu_compute_capability(name: str) -> str | None:
 class HostGpus:
     driver: str | None
     names: tuple[str, ...]
+    brands: tuple[str | None, ...] = ()  # per GPU, as NVIDIA_REQUIRE_CUDA spells it
 
 
 def probe(env: Mapping[str, str]) -> HostGpus | None:
@@ -143,7 +147,9 @@ def probe(env: Mapping[str, str]) -> HostGpus | None:
             driver = _text(lib.nvmlSystemGetDriverVersion())
             count = lib.nvmlDeviceGetCount()
             handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            return HostGpus(driver, tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles))
+            names = tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles)
+            brands = tuple(driver_rule.brand_name(lib.nvmlDeviceGetBrand(h)) for h in handles)
+            return HostGpus(driver, names, brands)
     except nvml.NvmlError:
         # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
         # GPUs were not validated (topology discovery meets the same refusal)
@@ -154,15 +160,34 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def driver_verdicts(resolved: ResolvedImage, host: HostGpus) -> list[driver_rule.Verdict]:
+    """The image's driver rule evaluated once per distinct GPU brand of the host (one verdict
+    with brand unknown when NVML gave none); [] for CPU images or an unknown driver."""
+    req = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
+    if req is None or not host.driver:
+        return []
+    brands: list[str | None] = list(dict.fromkeys(host.brands)) or [None]
+    return [driver_rule.host_can_run(req, host.driver, brand) for brand in brands]
+
+
 def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | None = None) -> None:
-    """ConfigError when the host's driver or GPUs cannot run the resolved image."""
-    if resolved.cuda and host.driver and not driver_satisfies(host.driver, resolved.cuda):
-        fits = _variants_for_driver(resolved, host.driver)
-        alternatives = f"; with this driver use: {', '.join(fits)}" if fits else ""
-        raise ConfigError(
-            f"image.cuda: CUDA {resolved.cuda} needs driver >= {resolved.min_driver}; "
-            f"this host has {host.driver}{alternatives}"
-        )
+    """ConfigError when the host's driver or GPUs cannot run the resolved image.
+
+    The driver rule is the one the container runtime enforces at start (NVIDIA_REQUIRE_CUDA of
+    nvidia/cuda images, an NGC release's floor), evaluated with the GPUs' NVML brand: e.g. a
+    GeForce on driver 550 cannot start a CUDA 12.8 image, an H100 on R550 can start 13.0."""
+    picked = host
+    if selected is not None and host.brands:
+        picked = HostGpus(host.driver, host.names, tuple(host.brands[i] for i in selected))
+    for verdict in driver_verdicts(resolved, picked):
+        if not verdict.ok:
+            fits = _variants_for_driver(resolved, verdict.driver, verdict.brand)
+            alternatives = f"; with this driver use: {', '.join(fits)}" if fits else ""
+            gpu = f" ({verdict.brand} GPU)" if verdict.brand else ""
+            raise ConfigError(
+                f"image.cuda: {resolved.base_image} needs {verdict.reason}; this host has "
+                f"driver {verdict.driver}{gpu}{alternatives}"
+            )
     names = host.names if selected is None else [host.names[i] for i in selected]
     for name in dict.fromkeys(names):
         cc = gpu_compute_capability(name)
@@ -174,12 +199,13 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
             )
 
 
-def _variants_for_driver(resolved: ResolvedImage, driver: str) -> list[str]:
+def _variants_for_driver(resolved: ResolvedImage, driver: str, brand: str | None) -> list[str]:
     if not resolved.torch:
         return []
     rows = matrix(resolved.torch)
-    return [
-        f"cuda {row.cuda} ({row.variant})"
-        for row in rows
-        if row.cuda and driver_satisfies(driver, row.cuda)
-    ]
+    out: list[str] = []
+    for row in rows:
+        req = driver_rule.requirement_for(row.image, row.cuda) if row.cuda else None
+        if req is not None and driver_rule.host_can_run(req, driver, brand).ok:
+            out.append(f"cuda {row.cuda} ({row.variant})")
+    return out

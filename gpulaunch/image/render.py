@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpulaunch import __version__
+from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
@@ -205,6 +206,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     }
     summary = summarize(resolved)
     context: dict[str, Any] = {
+        "driver_note": driver_note(resolved),
         "gl_version": __version__,
         "config_name": "gpulaunch.yaml",
         "summary": summary,
@@ -219,6 +221,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "python_source": resolved.python_source,
         "python_bin": python_bin,
         "system_site_packages": resolved.flavor == "ngc",
+        "ngc": resolved.flavor == "ngc",
         "torch_install": torch_install,
         "torch_summary": _torch_summary(resolved),
         "torch_source_flags": torch_flags,
@@ -314,6 +317,23 @@ def summarize(resolved: ResolvedImage) -> str:
     if resolved.min_driver:
         parts.append(f"driver >= {resolved.min_driver}")
     return " | ".join(parts)
+
+
+def driver_note(resolved: ResolvedImage) -> list[str]:
+    """The Dockerfile's driver comment: the rule the container meets, and the decided policy
+    on NVIDIA_DISABLE_REQUIRE (see catalog/driver_rule.py)."""
+    req = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
+    if req is None:
+        return []
+    if not req.enforced:
+        return [f"Driver: {driver_rule.explain_need(req)} ({req.source}; no container check)."]
+    return [
+        f"Driver: {driver_rule.explain_need(req)} ({req.source}).",
+        "NVIDIA_DISABLE_REQUIRE is deliberately not set: the image's own CUDA libraries need "
+        "that driver (forward compatibility covers only the branches and brands listed), and "
+        "`gpulaunch run` checks "
+        "the same rule before starting, naming a build that fits.",
+    ]
 
 
 def render_dockerfile(plan: ImagePlan) -> str:

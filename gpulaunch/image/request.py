@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
     _CU_VARIANT_RE,
@@ -28,7 +29,6 @@ from gpulaunch.image.catalog_data import (
     _nearest,
     _vt,
     _xy,
-    load_catalog,
 )
 
 FLAVORS = ("runtime", "devel", "ngc", "cpu")
@@ -102,6 +102,10 @@ class MatrixRow:
     archs: tuple[str, ...]
     status: str
     confidence: str
+    # the image's driver rule (gpulaunch.catalog.driver_rule): its text, and the older driver
+    # branches it admits for some GPU brands (forward compatibility)
+    driver_requirement: str | None = None
+    driver_branches: tuple[str, ...] = ()
 
     @property
     def python_range(self) -> str:
@@ -203,19 +207,46 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
 
 
 def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
-    """The wheel variant: the requested CUDA x.y, else PyPI's default, else newest stable."""
+    """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
+    gpulaunch.catalog.driver_rule.broad_reach)."""
     rel = sel.release
     if cuda is None:
-        for v in rel.variants:
-            if v.cuda == rel.pypi_default:
-                return v
-        return _newest([v for v in rel.variants if v.status == "stable"], lambda v: v.cuda)
+        return broad_reach_variant(rel)
     for v in rel.variants:
         if v.cuda == cuda.xy:
             return v
     raise CatalogError(
         f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
         f"available: {_join(v.variant for v in rel.variants)}"
+    )
+
+
+def broad_reach_variant(rel: TorchRelease) -> Variant:
+    """The default build when no CUDA is asked for: among upstream's stable builds, the one
+    whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
+    then the newer CUDA. Without stable builds: PyPI's default, else the newest."""
+    stable = [v for v in rel.variants if v.status == "stable"] or list(rel.variants)
+
+    def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
+        need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
+        return (_vt(need), v.cuda != rel.pypi_default, tuple(-n for n in _vt(v.cuda)))
+
+    return min(stable, key=key)
+
+
+def explain_cuda_choice(resolved: ResolvedImage, asked_cuda: str | None = None) -> str:
+    """One line saying why this CUDA build was chosen (init and render print it)."""
+    if resolved.cuda is None:
+        return "CPU-only build: no CUDA, no driver needed"
+    need = f"driver >= {resolved.min_driver}"
+    if resolved.ngc_tag:
+        return f"CUDA {resolved.cuda} comes with NGC {resolved.ngc_tag}; {need}"
+    if asked_cuda:
+        return f"CUDA {resolved.cuda}: as asked; the image needs {need}"
+    return (
+        f"CUDA {resolved.cuda} ({resolved.torch_variant}): of torch {resolved.torch}'s stable "
+        f"builds, the one the most drivers can start (driver >= {resolved.min_driver}); "
+        "set image.cuda for a newer CUDA (e.g. Blackwell GPUs need 12.8+)"
     )
 
 
@@ -280,15 +311,23 @@ def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> 
     return row.driver
 
 
-def min_driver_for(cuda: str) -> str:
-    """Lowest Linux driver that runs this CUDA via minor-version compatibility."""
+def min_driver_for(cuda: str, base_image: str | None = None) -> str:
+    """Lowest Linux driver that starts a container of this image for every GPU brand: the
+    image's own rule (nvidia/cuda NVIDIA_REQUIRE_CUDA, an NGC release's floor), else a torch
+    wheel's minor-version floor (gpulaunch.catalog.driver_rule). Without `base_image`: the
+    nvidia/cuda image of that CUDA version."""
     m = _CUDA_RE.match(cuda.strip())
-    floors = load_catalog().minor_version_floor
-    if not m or m.group(1) not in floors:
-        raise CatalogError(
-            f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {_join(floors)}"
-        )
-    return floors[m.group(1)]
+    if not m:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    req = (
+        driver_rule.cuda_image_requirement(cuda.strip())
+        if base_image is None
+        else driver_rule.requirement_for(base_image, cuda.strip())
+    )
+    needed = req.needed() if req else None
+    if needed is None:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    return needed
 
 
 def _driver_tuple(driver: str) -> tuple[int, ...]:
@@ -298,6 +337,6 @@ def _driver_tuple(driver: str) -> tuple[int, ...]:
     return _vt(text)
 
 
-def driver_satisfies(driver: str, cuda: str) -> bool:
-    """True when `driver` is at least the minor-version-compatibility floor for `cuda`."""
-    return _driver_tuple(driver) >= _vt(min_driver_for(cuda))
+def driver_satisfies(driver: str, cuda: str, base_image: str | None = None) -> bool:
+    """True when `driver` starts the image for every GPU brand (see min_driver_for)."""
+    return _driver_tuple(driver) >= _vt(min_driver_for(cuda, base_image))

@@ -171,7 +171,7 @@ def _resolve_custom(
         **pins.fields(),
         cuda=cuda_text,
         cudnn=cudnn,
-        min_driver=min_driver_for(cuda_text) if cuda_text else None,
+        min_driver=min_driver_for(cuda_text, base) if cuda_text else None,
         recommended_driver=_recommended_driver(cat, cuda_text, warnings),
         cuda_archs=variant.archs if variant else (),
         ngc_tag=None,
@@ -268,7 +268,8 @@ def _choose_image(
             raise CatalogError(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
             )
-    return _newest(on_os, lambda img: img.cuda), os_name
+    documented = [img for img in on_os if img.confidence == "high"] if full is None else []
+    return _newest(documented or on_os, lambda img: img.cuda), os_name
 
 
 def _resolve_cuda(
@@ -300,7 +301,9 @@ def _resolve_cuda(
 
     if image.confidence == "low":
         warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
-    latest = _newest([img for img in cat.cuda_images if img.xy == image.xy], lambda i: i.cuda)
+    same = [i for i in cat.cuda_images if i.xy == image.xy]  # documented patches, if it is one
+    documented = [i for i in same if i.confidence == "high"] if image.confidence == "high" else []
+    latest = _newest(documented or same, lambda i: i.cuda)
     if _vt(image.cuda) < _vt(latest.cuda):
         warnings.append(
             f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
@@ -323,7 +326,7 @@ def _resolve_cuda(
         **pins.fields(),
         cuda=image.cuda,
         cudnn=cudnn,
-        min_driver=min_driver_for(image.cuda),
+        min_driver=min_driver_for(image.cuda, base_image),
         recommended_driver=_recommended_driver(cat, image.cuda, warnings),
         cuda_archs=variant.archs if variant else (),
         ngc_tag=None,
@@ -467,7 +470,7 @@ def _resolve_ngc(
         torch_index_url=None,
         cuda=row.cuda,
         cudnn=cudnn,
-        min_driver=min_driver_for(row.cuda),
+        min_driver=min_driver_for(row.cuda, cat.ngc_image.format(tag=row.tag)),
         recommended_driver=_recommended_driver(cat, row.cuda, warnings),
         cuda_archs=(),
         ngc_tag=row.tag,

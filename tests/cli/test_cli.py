@@ -30,12 +30,12 @@ def test_init_then_render(runner: CliRunner, in_tmp: Path) -> None:
     assert code == 0, err
     assert "wrote gpulaunch.yaml" in out
     text = (in_tmp / "gpulaunch.yaml").read_text()
-    assert 'torch: "2.4.1"' in text and 'cuda: "12.1"' in text
+    assert 'torch: "2.4.1"' in text and 'cuda: "11.8"' in text  # broadest driver reach
     assert (in_tmp / ".dockerignore").exists()
     code, out, err = invoke(runner, "render")
     assert code == 0, err
-    assert "FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04" in out
-    assert "https://download.pytorch.org/whl/cu121" in out
+    assert "FROM nvidia/cuda:11.8.0-runtime-ubuntu22.04" in out
+    assert "https://download.pytorch.org/whl/cu118" in out
 
 
 def test_init_refuses_impossible_combination(runner: CliRunner, in_tmp: Path) -> None:
@@ -127,6 +127,16 @@ def test_versions_json_and_refusal(runner: CliRunner) -> None:
     rows = json.loads(out)
     assert {r["variant"] for r in rows} >= {"cu118", "cu121", "cu124"}
     assert all(r["torch"] == "2.4.1" for r in rows)
+    cu124 = next(r for r in rows if r["variant"] == "cu124")
+    assert cu124["min_driver"] == "550.54.14"  # the image's cuda>=12.4, not the 12.x floor
+    assert cu124["driver_requirement"].startswith("cuda>=12.4 brand=tesla,driver>=470,")
+    assert cu124["driver_branches"] == ["470", "525", "535"]
+    cpu = next(r for r in rows if r["variant"] == "cpu")
+    assert (cpu["min_driver"], cpu["driver_requirement"], cpu["driver_branches"]) == (
+        None,
+        None,
+        [],
+    )
     code, _, err = invoke(runner, "versions", "--torch", "2.0.1", "--cuda", "12.4")
     assert code == 2 and "available: cu117, cu118" in err
 

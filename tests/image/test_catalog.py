@@ -13,6 +13,7 @@ import yaml
 
 from gpulaunch.errors import CatalogError, ConfigError, ExitCode
 from gpulaunch.image import catalog_data as cat_mod
+from gpulaunch.image import resolver as resolver_mod
 from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.compat import gpu_compute_capability, matrix, supports_arch
 from gpulaunch.image.request import ImageRequest, ResolvedImage, driver_satisfies, min_driver_for
@@ -78,17 +79,24 @@ def test_default_torch_resolves_with_default_variant() -> None:
 
 
 def test_torch_241_defaults() -> None:
+    """No CUDA asked: the stable build most drivers can start (cu118: R520, vs cu121: R530),
+    not PyPI's default."""
     res = _resolve(torch="2.4.1")
-    assert res.torch_variant == "cu121"
-    assert res.base_image == "nvidia/cuda:12.1.1-runtime-ubuntu22.04"
-    assert res.torch_index_url == "https://download.pytorch.org/whl/cu121"
+    assert res.torch_variant == "cu118"
+    assert res.base_image == "nvidia/cuda:11.8.0-runtime-ubuntu22.04"
+    assert res.torch_index_url == "https://download.pytorch.org/whl/cu118"
     assert (res.torchvision, res.torchaudio) == ("0.19.1", "2.4.1")
     assert (res.os, res.python, res.python_source) == ("ubuntu22.04", "3.10", "distro")
-    assert res.cuda == "12.1.1"
+    assert res.cuda == "11.8.0"
     assert res.cudnn is None
-    assert res.min_driver == "525.60.13"
-    assert res.recommended_driver == "530.30.02"
-    assert res.cuda_archs == ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
+    assert res.min_driver == "520.61.05"  # the image's cuda>=11.8, not the 11.x floor
+    assert res.recommended_driver == "520.61.05"
+    assert res.cuda_archs == ("3.7", "5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
+    cu121 = _resolve(torch="2.4.1", cuda="12.1")
+    assert (cu121.base_image, cu121.min_driver) == (
+        "nvidia/cuda:12.1.1-runtime-ubuntu22.04",
+        "530.30.02",
+    )
     assert res.ngc_tag is None
     assert res.warnings == ()
 
@@ -109,7 +117,7 @@ def test_cudnn9_with_cuda_124() -> None:
 def test_cudnn8_with_cuda_118() -> None:
     res = _resolve(torch="2.3.1", cuda="11.8", cudnn="8", flavor="devel")
     assert res.base_image == "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
-    assert res.min_driver == "450.80.02"
+    assert res.min_driver == "520.61.05"  # cuda>=11.8
 
 
 def test_cudnn9_token_for_1232() -> None:
@@ -148,7 +156,7 @@ def test_default_variant_falls_back_when_os_lacks_it() -> None:
     res = _resolve(torch="2.6.0", os="ubuntu24.04")
     assert res.torch_variant == "cu126"
     assert res.base_image == "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
-    assert any("default cu124 has no matching image" in w for w in res.warnings)
+    assert any("default cu118 has no matching image" in w for w in res.warnings)
 
 
 def test_cpu_flavor() -> None:
@@ -191,8 +199,8 @@ def test_ngc_by_cuda_and_default_skips_low_confidence() -> None:
 def test_explicit_base() -> None:
     res = _resolve(base="ghcr.io/acme/base:1", torch="2.5.1", python="3.12")
     assert (res.base_image, res.os, res.python_source) == ("ghcr.io/acme/base:1", None, "image")
-    assert res.torch_variant == "cu124" and res.cuda == "12.4"
-    assert res.torch_index_url == "https://download.pytorch.org/whl/cu124"
+    assert res.torch_variant == "cu118" and res.cuda == "11.8"  # broadest driver reach
+    assert res.torch_index_url == "https://download.pytorch.org/whl/cu118"
     res = _resolve(base="ghcr.io/acme/base:1", torch="2.5.1", cuda="cpu")
     assert res.torch_variant == "cpu" and res.cuda is None
 
@@ -212,10 +220,20 @@ def test_torchaudio_absent_from_212() -> None:
         assert res.torchaudio is None and res.torchvision is not None
 
 
-def test_low_confidence_row_warns() -> None:
-    res = _resolve(torch="2.12.0")
+def test_low_confidence_row_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No packaged torch patch row is low any more (the audit confirmed them): mark one.
+    def lower(rel: Any) -> Any:
+        patches = tuple(
+            p._replace(confidence="low") if p.torch == "2.12.1" else p for p in rel.patches
+        )
+        return rel._replace(patches=patches)
+
+    low_cat = CAT._replace(releases=tuple(lower(r) for r in CAT.releases))
+    monkeypatch.setattr(resolver_mod, "load_catalog", lambda: low_cat)
+    res = _resolve(torch="2.12.1")
     assert any("low-confidence" in w for w in res.warnings)
-    assert _resolve(torch="2.12").torch == "2.12.1"  # the low row is not a default
+    assert _resolve(torch="2.12").torch == "2.12.0"  # the low row is not a default
+    assert all("low-confidence" not in w for w in _resolve(torch="2.12.0").warnings)
 
 
 def test_210_is_not_21() -> None:
@@ -227,10 +245,11 @@ def test_210_is_not_21() -> None:
 
 
 def test_labels() -> None:
-    labels = _resolve(torch="2.4.1").labels()
+    labels = _resolve(torch="2.4.1", cuda="12.1").labels()
     assert labels["io.gpulaunch.torch"] == "2.4.1"
     assert labels["io.gpulaunch.torch-variant"] == "cu121"
     assert labels["io.gpulaunch.cuda"] == "12.1.1"
+    assert labels["io.gpulaunch.min-driver"] == "530.30.02"
     assert labels["org.opencontainers.image.base.name"] == "nvidia/cuda:12.1.1-runtime-ubuntu22.04"
     assert "io.gpulaunch.cudnn" not in labels
     assert all(isinstance(v, str) and v for v in labels.values())
@@ -361,10 +380,24 @@ def test_matrix_filters() -> None:
 
 @pytest.mark.parametrize(
     ("cuda", "floor"),
-    [("11.8", "450.80.02"), ("12.4", "525.60.13"), ("12.4.1", "525.60.13"), ("13.0", "580.65.06")],
+    [("11.8", "520.61.05"), ("12.4", "550.54.14"), ("12.4.1", "550.54.14"), ("13.0", "580.65.06")],
 )
 def test_min_driver_for(cuda: str, floor: str) -> None:
+    """The nvidia/cuda image's cuda>=X.Y: the first driver of that CUDA version."""
     assert min_driver_for(cuda) == floor
+
+
+@pytest.mark.parametrize(
+    ("cuda", "base", "floor"),
+    [
+        ("12.8", "python:3.12-slim", "525.60.13"),  # wheel only: minor-version compatibility
+        ("13.0", "python:3.12-slim", "580.65.06"),
+        ("12.8", "nvidia/cuda:12.8.1-runtime-ubuntu22.04", "570.26"),
+        ("12.4.1", "nvcr.io/nvidia/pytorch:24.05-py3", "545"),
+    ],
+)
+def test_min_driver_for_base(cuda: str, base: str, floor: str) -> None:
+    assert min_driver_for(cuda, base) == floor
 
 
 def test_min_driver_unknown_major() -> None:
@@ -375,11 +408,15 @@ def test_min_driver_unknown_major() -> None:
 @pytest.mark.parametrize(
     ("driver", "cuda", "ok"),
     [
-        ("535.104.05", "12.4", True),
-        ("525.60.13", "12.8", True),
+        # every brand, nvidia/cuda image of that CUDA: the cuda>=X.Y alternative
+        ("535.104.05", "12.4", False),
+        ("550.54.14", "12.4", True),
+        ("525.60.13", "12.8", False),
+        ("570.26", "12.8", True),
         ("525.60.12", "12.1", False),
         ("470.82.01", "12.1", False),
-        ("470.82.01", "11.8", True),
+        ("470.82.01", "11.8", False),
+        ("520.61.05", "11.8", True),
         ("575.57.08", "13.0", False),
         ("580.95.05", "13.0.2", True),
         ("1000.1", "13.0", True),  # numeric, not lexicographic
@@ -387,6 +424,12 @@ def test_min_driver_unknown_major() -> None:
 )
 def test_driver_satisfies(driver: str, cuda: str, ok: bool) -> None:
     assert driver_satisfies(driver, cuda) is ok
+
+
+def test_driver_satisfies_wheel_on_plain_base() -> None:
+    """A cu128 wheel on python:*-slim meets no container rule: the 12.x floor applies."""
+    assert driver_satisfies("525.60.13", "12.8", "python:3.12-slim")
+    assert not driver_satisfies("525.60.12", "12.8", "python:3.12-slim")
 
 
 def test_driver_satisfies_rejects_garbage() -> None:

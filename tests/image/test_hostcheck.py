@@ -40,14 +40,25 @@ def _dry(runner: CliRunner, *flags: str) -> tuple[int, str, str]:
 def test_old_driver_is_refused_with_alternatives(
     runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install(monkeypatch, FakeNvml(gpus(A100), driver="470.82.01"))
+    install(monkeypatch, FakeNvml(gpus(A100), driver="520.61.05"))
     _project(in_tmp)
     result = runner.invoke(app, ["run", "train.py", "--gpus", "1", "--dry-run"])
     assert result.exit_code == 2
     assert result.stderr == (
-        "gpulaunch: error: image.cuda: CUDA 12.1.1 needs driver >= 525.60.13; this host has "
-        "470.82.01; with this driver use: cuda 11.8 (cu118)\n"
+        "gpulaunch: error: image.cuda: nvidia/cuda:12.1.1-runtime-ubuntu22.04 needs driver >= "
+        "530.30.02 (cuda>=12.1); tesla GPUs also on driver branch 470, 525; this host has "
+        "driver 520.61.05 (tesla GPU); with this driver use: cuda 11.8 (cu118)\n"
     )
+
+
+def test_forward_compat_branch_admits_a_datacenter_gpu(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12.1.1's NVIDIA_REQUIRE_CUDA lists branch 470: the container starts, so do we."""
+    install(monkeypatch, FakeNvml(gpus(A100), driver="470.82.01"))
+    _project(in_tmp)
+    code, _, err = _dry(runner, "--gpus", "1")
+    assert code == 0, err
 
 
 def test_new_gpu_without_kernels_is_refused(
@@ -192,8 +203,10 @@ def test_a_remote_engine_is_not_validated(
 
 def test_probe_reads_the_fake(fake_nvml: FakeNvml) -> None:
     fake_nvml.devices = gpus(H100, B200)
-    assert compat.probe({}) == compat.HostGpus("550.54.15", (H100, B200))
-    assert fake_nvml.calls == ["init", "shutdown"]
+    assert compat.probe({}) == compat.HostGpus("550.54.15", (H100, B200), ("tesla", "tesla"))
+    fake_nvml.devices[1].brand = 5  # NVML_BRAND_GEFORCE
+    assert compat.probe({}).brands == ("tesla", "geforce")  # type: ignore[union-attr]
+    assert fake_nvml.calls[:2] == ["init", "shutdown"]
     fake_nvml.failing = {"nvmlDeviceGetName"}
     assert compat.probe({}) is None
     assert compat.probe({"GPULAUNCH_SYSFS_ROOT": "/x"}) is None

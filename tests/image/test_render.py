@@ -69,16 +69,21 @@ def test_cache_friendly_order_and_builder_differences() -> None:
     assert "--no-cache-dir" in classic and "rm -rf /var/lib/apt/lists/*" in classic
     # no `# syntax=` line: that would pull a frontend image, impossible air-gapped
     assert "# syntax=" not in kit
-    assert "FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04" in kit
-    assert "--index-url https://download.pytorch.org/whl/cu121" in kit
+    assert "FROM nvidia/cuda:11.8.0-runtime-ubuntu22.04" in kit  # broadest driver reach
+    assert "--index-url https://download.pytorch.org/whl/cu118" in kit
 
 
 def test_ngc_does_not_reinstall_torch() -> None:
     text = _render(EXAMPLES / "ngc")
     assert "FROM nvcr.io/nvidia/pytorch:" in text
     assert "pip install torch" not in text
-    assert "--system-site-packages" in text
+    # NVIDIA's Python, no venv (it would need python3.X-venv, absent from NGC images)
+    assert "-m venv" not in text and "/opt/venv" not in text
     assert "-r /opt/gpulaunch/requirements.txt" in text
+    # NGC's own constraints stay in force, extended with the torch* the image ships
+    keep = text.index("cat /etc/pip/constraint.txt")
+    assert keep < text.index("ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt")
+    assert text.index("ENV PIP_CONSTRAINT=") < text.index("-r /opt/gpulaunch/requirements.txt")
 
 
 def _project(tmp_path: Path, image: dict[str, object]) -> tuple[Path, str]:

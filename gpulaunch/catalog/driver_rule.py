@@ -1,0 +1,263 @@
+"""The driver rule a container really meets: an image's requirement string (nvidia/cuda's
+NVIDIA_REQUIRE_CUDA, an NGC release's stated driver, or a torch wheel's minor-version floor),
+parsed and evaluated against a host's driver version and GPU brand (NVML).
+
+`host_can_run` is the one question other code asks: can this driver/brand run this image, and
+which driver does a user need. Data: gpulaunch/data/driver_rules.yaml.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from gpulaunch.errors import CatalogError, ConfigError
+
+_VERSION_RE = re.compile(r"\d+(?:\.\d+){0,3}")
+_COND_RE = re.compile(r"(cuda|driver|brand|arch)(>=|<=|=|<|>)([A-Za-z0-9.]+)")
+_CUDA_TAG_RE = re.compile(r"(?:nvcr\.io/)?nvidia/cuda:(\d+\.\d+\.\d+)-")
+_NGC_TAG_RE = re.compile(r"nvcr\.io/nvidia/pytorch:(\d\d\.\d\d)-")
+_NOT_REACHED = (0,)
+
+
+def _vt(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str  # cuda | driver | brand | arch
+    op: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One image's rule: alternatives (OR) of conditions (AND)."""
+
+    text: str
+    source: str  # where the rule comes from, for messages
+    alternatives: tuple[tuple[Condition, ...], ...]
+    enforced: bool  # True: the container runtime refuses to start (nvidia-container-cli)
+
+    @property
+    def cuda_floor(self) -> str | None:
+        """X.Y of the `cuda>=` alternative, if any."""
+        for alt in self.alternatives:
+            for cond in alt:
+                if cond.key == "cuda" and cond.op == ">=":
+                    return cond.value
+        return None
+
+    def needed(self) -> str | None:
+        """The lowest driver that satisfies the rule for every GPU brand."""
+        floors = [_alt_floor(alt) for alt in self.alternatives if not _brands_of(alt)]
+        known = [f for f in floors if f is not None]
+        return min(known, key=_vt) if known else None
+
+    def branches(self) -> dict[str, tuple[str, ...]]:
+        """Forward-compatibility branches: lower bound -> the brands admitted on it."""
+        out: dict[str, list[str]] = {}
+        for alt in self.alternatives:
+            brands = _brands_of(alt)
+            low = _alt_floor(alt)
+            if brands and low is not None:
+                out.setdefault(low, []).extend(b for b in brands if b not in out.get(low, []))
+        return {k: tuple(v) for k, v in sorted(out.items(), key=lambda kv: _vt(kv[0]))}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    requirement: Requirement
+    driver: str
+    brand: str | None
+    needed: str | None  # driver every brand can use
+    reason: str  # one line: which alternative admitted the host, or what it lacks
+
+
+def _brands_of(alt: tuple[Condition, ...]) -> list[str]:
+    return [c.value for c in alt if c.key == "brand"]
+
+
+def _alt_floor(alt: tuple[Condition, ...]) -> str | None:
+    lows: list[str] = []
+    for cond in alt:
+        if cond.key == "driver" and cond.op in (">=", "="):
+            lows.append(cond.value)
+        elif cond.key == "cuda" and cond.op == ">=":
+            first = _data()["driver_cuda"].get(cond.value)
+            if first is None:
+                return None
+            lows.append(first)
+    return max(lows, key=_vt) if lows else None
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    text = resources.files("gpulaunch").joinpath("data", "driver_rules.yaml").read_text("utf-8")
+    try:
+        raw = parse_yaml_text(text, "gpulaunch/data/driver_rules.yaml")
+    except ConfigError as err:
+        raise CatalogError(f"driver rules: {err.message}") from None
+    if not isinstance(raw, dict):
+        raise CatalogError("driver rules: expected a mapping")
+    for key in ("brands", "datacenter_brands", "wheel_floor", "driver_cuda", "require_cuda"):
+        if key not in raw:
+            raise CatalogError(f"driver rules: missing {key}")
+    for table in ("require_cuda", "ngc_require"):
+        for name, req in (raw.get(table) or {}).items():
+            parse_requirement(str(req), f"{table} {name}", raw["datacenter_brands"])
+    return raw
+
+
+def parse_requirement(
+    text: str, source: str = "requirement", datacenter: list[str] | None = None
+) -> Requirement:
+    """Parse NVIDIA_REQUIRE_CUDA grammar; `brand=datacenter` expands to the datacenter list."""
+    alternatives: list[tuple[Condition, ...]] = []
+    for word in text.split():
+        conds: list[list[Condition]] = [[]]
+        for part in word.split(","):
+            m = _COND_RE.fullmatch(part)
+            if not m:
+                raise CatalogError(f"{source}: cannot parse condition {part!r} in {text!r}")
+            key, op, value = m.groups()
+            if key in ("cuda", "driver") and not _VERSION_RE.fullmatch(value):
+                raise CatalogError(f"{source}: {key} needs a version; got {value!r}")
+            if key == "brand" and value == "datacenter":
+                names = datacenter if datacenter is not None else _data()["datacenter_brands"]
+                conds = [[*c, Condition("brand", "=", b)] for c in conds for b in names]
+            else:
+                conds = [[*c, Condition(key, op, value)] for c in conds]
+        alternatives.extend(tuple(c) for c in conds)
+    if not alternatives:
+        raise CatalogError(f"{source}: empty requirement")
+    return Requirement(text, source, tuple(alternatives), enforced=True)
+
+
+def brand_name(nvml_brand: object) -> str | None:
+    """NVML's brand enum (nvmlDeviceGetBrand) as the requirement strings spell it."""
+    if nvml_brand is None:
+        return None
+    return str(_data()["brands"].get(str(nvml_brand), "unknown"))
+
+
+def driver_cuda(driver: str) -> str | None:
+    """The newest CUDA X.Y this driver supports (None below CUDA 11.0)."""
+    have = _vt(driver)
+    fits = [cuda for cuda, first in _data()["driver_cuda"].items() if _vt(first) <= have]
+    return max(fits, key=_vt) if fits else None
+
+
+def cuda_image_requirement(cuda: str) -> Requirement:
+    """NVIDIA_REQUIRE_CUDA of nvidia/cuda:CUDA-*: exact, else the newest listed patch of X.Y
+    (derived), else `cuda>=X.Y` alone."""
+    table: dict[str, str] = _data()["require_cuda"]
+    parts = cuda.split(".")
+    xy = ".".join(parts[:2])
+    if cuda in table:
+        return parse_requirement(table[cuda], f"nvidia/cuda {cuda} NVIDIA_REQUIRE_CUDA")
+    same = [v for v in table if v.startswith(xy + ".")]
+    if same:
+        near = max(same, key=_vt)
+        return parse_requirement(table[near], f"nvidia/cuda {xy} (rule of {near}; derived)")
+    if xy not in _data()["driver_cuda"]:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    return parse_requirement(f"cuda>={xy}", f"nvidia/cuda {cuda} (cuda>={xy} assumed)")
+
+
+def wheel_requirement(cuda: str) -> Requirement:
+    """A torch wheel on a base image without a requirement: CUDA minor-version compatibility."""
+    floors: dict[str, str] = _data()["wheel_floor"]
+    major = cuda.split(".")[0]
+    if major not in floors:
+        raise CatalogError(
+            f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {', '.join(floors)}"
+        )
+    req = parse_requirement(f"driver>={floors[major]}", f"torch wheel for CUDA {major}.x")
+    return Requirement(req.text, req.source, req.alternatives, enforced=False)
+
+
+def ngc_requirement(tag: str) -> Requirement:
+    table: dict[str, str] = _data().get("ngc_require") or {}
+    if tag not in table:
+        raise CatalogError(f"image: no driver data for NGC {tag}")
+    return parse_requirement(table[tag], f"NGC {tag} release notes")
+
+
+def requirement_for(base_image: str | None, cuda: str | None) -> Requirement | None:
+    """The rule a container of this base image meets: nvidia/cuda and NGC images by tag, any
+    other base with a CUDA torch wheel by the wheel's floor; None without CUDA."""
+    if base_image:
+        m = _CUDA_TAG_RE.match(base_image)
+        if m:
+            return cuda_image_requirement(m.group(1))
+        m = _NGC_TAG_RE.match(base_image)
+        if m:
+            return ngc_requirement(m.group(1))
+    return wheel_requirement(cuda) if cuda else None
+
+
+def _holds(cond: Condition, driver: str, brand: str | None) -> bool:
+    if cond.key == "brand":
+        return brand is None or brand == cond.value  # brand unknown: cannot refuse on it
+    if cond.key == "arch":
+        return True
+    have = _vt(driver) if cond.key == "driver" else _vt(driver_cuda(driver) or "0")
+    want = _vt(cond.value)
+    if cond.key == "driver" and cond.op in ("<", "<="):  # driver<471 bounds the branch 470
+        have = have[: len(want)]
+    return {
+        ">=": have >= want,
+        ">": have > want,
+        "<=": have <= want,
+        "<": have < want,
+        "=": have == want,
+    }[cond.op]
+
+
+def host_can_run(requirement: Requirement, driver: str, brand: str | None) -> Verdict:
+    """Can a host with this driver (and GPU brand, None if unknown) start this image, and
+    which driver does a user need? The verdict names what admitted or refused the host."""
+    if not _VERSION_RE.fullmatch(driver.strip()):
+        raise CatalogError(f"driver: expected a version like 535.104.05; got {driver!r}")
+    driver = driver.strip()
+    needed = requirement.needed()
+    for alt in requirement.alternatives:
+        if all(_holds(c, driver, brand) for c in alt):
+            via = ",".join(f"{c.key}{c.op}{c.value}" for c in alt)
+            return Verdict(True, requirement, driver, brand, needed, f"{driver} meets {via}")
+    return Verdict(False, requirement, driver, brand, needed, explain_need(requirement, brand))
+
+
+def explain_need(requirement: Requirement, brand: str | None = None) -> str:
+    """One line: the driver a user needs, e.g. `driver >= 570.26 (cuda>=12.8); datacenter
+    GPUs (tesla, nvidia, ...) also on branches 470, 535, 550`."""
+    needed = requirement.needed()
+    floor = requirement.cuda_floor
+    text = f"driver >= {needed}" if needed else "a newer driver"
+    if floor:
+        text += f" (cuda>={floor})"
+    branches = requirement.branches()
+    if brand is not None:
+        branches = {low: bs for low, bs in branches.items() if brand in bs}
+    groups: dict[str, list[str]] = {}
+    for low, brands in branches.items():
+        groups.setdefault(brand or _who(brands), []).append(low)
+    for who, lows in groups.items():
+        text += f"; {who} GPUs also on driver branch {', '.join(lows)}"
+    return text
+
+
+def _who(brands: tuple[str, ...]) -> str:
+    if "geforce" in brands:
+        return "all"
+    if set(brands) == {"tesla"}:
+        return "tesla"
+    return "datacenter/workstation (not GeForce/Titan)"

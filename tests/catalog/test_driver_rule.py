@@ -1,0 +1,199 @@
+"""The driver rule each image enforces (NVIDIA_REQUIRE_CUDA), as gpulaunch evaluates it.
+
+Table: GPU brand x host driver x image, both directions (refused where the container runtime
+would refuse, admitted where a forward-compatibility branch admits it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulaunch.catalog import driver_rule
+from gpulaunch.config import load_config
+from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.image import compat
+from gpulaunch.image.catalog_data import load_catalog
+from gpulaunch.image.render import image_request
+from gpulaunch.image.resolver import resolve
+
+# Verbatim from NVIDIA's container-images Dockerfiles (base image, ubuntu22.04).
+REQ_1281 = (
+    "cuda>=12.8 brand=unknown,driver>=470,driver<471 brand=grid,driver>=470,driver<471 "
+    "brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 "
+    "brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551"
+)  # shortened: the packaged string lists every datacenter brand on 470/535/550/560/565
+REQ_1130 = "cuda>=11.3 brand=tesla,driver>=418,driver<419 driver>=450"
+
+
+@pytest.mark.parametrize(
+    ("brand", "driver", "image", "ok"),
+    [
+        # the cases named in issue 9
+        ("geforce", "550.54.15", "12.8.1", False),  # RTX 4090 on 550, cu128 image
+        ("tesla", "545.23.08", "12.8.1", False),  # A100 on 545: 545 is not a listed branch
+        ("geforce", "525.147.05", "12.6.3", False),  # RTX 3090 on 525, cu126 image
+        ("nvidia", "550.127.08", "13.0.2", True),  # H100 on R550, cu130: forward compat
+        ("tesla", "550.127.08", "13.0.2", True),
+        # the cuda>=X.Y alternative, every brand
+        ("geforce", "570.86.10", "12.8.1", True),
+        ("geforce", "569.99", "12.8.1", False),
+        ("geforce", "580.65.06", "13.1.0", False),  # 13.1 needs R590 or a listed branch
+        ("nvidia", "560.35.03", "13.1.0", False),
+        ("nvidia", "575.57.08", "13.1.0", True),  # branch 575 is listed for 13.1.0
+        # no GeForce/Titan on branches from 12.5 on; listed before
+        ("geforce", "535.183.01", "12.9.1", False),
+        ("tesla", "535.183.01", "12.9.1", True),
+        ("geforce", "470.82.01", "12.1.1", True),
+        ("geforcertx", "525.60.13", "12.4.1", True),
+        ("titan", "535.104.05", "12.6.3", False),
+        ("quadro", "535.104.05", "12.6.3", True),
+        # old images: tesla-only branches and a bare driver>= alternative
+        ("tesla", "418.226.00", "11.0.3", True),
+        ("geforce", "418.226.00", "11.0.3", False),
+        ("geforce", "450.80.02", "11.3.1", True),
+        ("tesla", "545.23.08", "13.0.2", False),
+        ("unknown", "470.256.02", "12.8.1", True),
+    ],
+)
+def test_driver_rule_table(brand: str, driver: str, image: str, ok: bool) -> None:
+    req = driver_rule.cuda_image_requirement(image)
+    verdict = driver_rule.host_can_run(req, driver, brand)
+    assert verdict.ok is ok, verdict.reason
+    if not ok:
+        assert verdict.reason.startswith(f"driver >= {req.needed()} (cuda>=")
+
+
+def test_parse_verbatim_strings() -> None:
+    req = driver_rule.parse_requirement(REQ_1281, "12.8.1")
+    assert req.cuda_floor == "12.8"
+    assert req.needed() == "570.26"
+    assert req.branches() == {
+        "470": ("unknown", "grid", "tesla", "nvidia"),
+        "550": ("tesla", "nvidia"),
+    }
+    assert driver_rule.host_can_run(req, "550.54.15", "nvidia").ok
+    assert not driver_rule.host_can_run(req, "550.54.15", "geforce").ok
+    old = driver_rule.parse_requirement(REQ_1130, "11.3.0")
+    assert old.needed() == "450"  # the bare driver>=450 beats cuda>=11.3 (465.19.01)
+    assert driver_rule.host_can_run(old, "418.40.04", "tesla").ok
+
+
+def test_packaged_strings_match_the_dockerfiles() -> None:
+    assert driver_rule.cuda_image_requirement("11.3.0").text == REQ_1130
+    full = driver_rule.cuda_image_requirement("12.8.1")
+    assert full.text.startswith("cuda>=12.8 brand=unknown,driver>=470,driver<471 brand=grid,")
+    assert set(full.branches()) == {"470", "535", "550", "560", "565"}
+    assert "geforce" not in {b for bs in full.branches().values() for b in bs}
+
+
+@pytest.mark.parametrize("bad", ["cuda>>12", "brand=tesla,driver>=x", "", "gpu=1"])
+def test_bad_requirement_text_is_refused(bad: str) -> None:
+    with pytest.raises(CatalogError):
+        driver_rule.parse_requirement(bad)
+
+
+def test_images_newer_than_the_snapshot() -> None:
+    derived = driver_rule.cuda_image_requirement("13.0.3")  # uses 13.0.2's rule
+    assert "derived" in derived.source and derived.cuda_floor == "13.0"
+    assert driver_rule.host_can_run(derived, "550.54.15", "nvidia").ok
+    bare = driver_rule.cuda_image_requirement("13.2.0")  # no listed 13.2 patch
+    assert bare.text == "cuda>=13.2" and bare.needed() == "595.45.04"
+    assert not driver_rule.host_can_run(bare, "590.48.01", "nvidia").ok
+    with pytest.raises(CatalogError, match="no driver data"):
+        driver_rule.cuda_image_requirement("10.2.89")
+
+
+@pytest.mark.parametrize(
+    ("tag", "brand", "driver", "ok"),
+    [
+        ("24.05", "tesla", "535.86.10", True),  # datacenter branch 535.86+
+        ("24.05", "tesla", "535.54.03", False),  # below 535.86 on that branch
+        ("24.05", "geforce", "535.86.10", False),
+        ("24.05", "geforce", "545.23.06", True),
+        ("25.01", "nvidia", "565.57.01", False),
+        ("25.01", "geforce", "570.86.10", True),
+        ("25.12", "nvidia", "575.57.08", False),
+    ],
+)
+def test_ngc_floors_per_tag(tag: str, brand: str, driver: str, ok: bool) -> None:
+    req = driver_rule.requirement_for(f"nvcr.io/nvidia/pytorch:{tag}-py3", "12.4.1")
+    assert req is not None and req.source == f"NGC {tag} release notes"
+    assert driver_rule.host_can_run(req, driver, brand).ok is ok
+
+
+def test_every_catalog_image_and_ngc_tag_has_a_rule() -> None:
+    cat = load_catalog()
+    for img in cat.cuda_images:
+        assert driver_rule.cuda_image_requirement(img.cuda).needed()
+    for row in cat.ngc:
+        assert driver_rule.ngc_requirement(row.tag).needed()
+
+
+def test_wheel_floor_agrees_with_the_catalog() -> None:
+    cat = load_catalog()
+    for major, floor in cat.minor_version_floor.items():
+        req = driver_rule.wheel_requirement(f"{major}.0")
+        assert req.needed() == floor and not req.enforced
+    assert driver_rule.requirement_for("python:3.12-slim", "12.8") == driver_rule.wheel_requirement(
+        "12.8"
+    )
+    assert driver_rule.requirement_for("python:3.12-slim", None) is None
+
+
+def test_brand_names_follow_nvml() -> None:
+    assert [driver_rule.brand_name(n) for n in (2, 5, 14, 15, 99)] == [
+        "tesla",
+        "geforce",
+        "nvidia",
+        "geforcertx",
+        "unknown",
+    ]
+    assert driver_rule.brand_name(None) is None
+
+
+def _resolved(tmp_path, image: str):  # type: ignore[no-untyped-def]
+    (tmp_path / "gpulaunch.yaml").write_text(f"version: 1\nname: p\nimage: {image}\n")
+    return resolve(image_request(load_config(tmp_path / "gpulaunch.yaml")))
+
+
+def test_host_check_uses_the_brand(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """compat.check: the GeForce box is refused, the datacenter box on the same driver is not."""
+    resolved = _resolved(tmp_path, '{torch: "2.9.1", cuda: "12.8"}')
+    assert resolved.base_image.startswith("nvidia/cuda:12.8.1-")
+    rtx = compat.HostGpus("550.54.15", ("NVIDIA GeForce RTX 4090",), ("geforce",))
+    with pytest.raises(ConfigError, match=r"needs driver >= 570\.26 \(cuda>=12\.8\)") as err:
+        compat.check(resolved, rtx)
+    # torch 2.9's other build (cu126 on 12.6.3) needs cuda>=12.6 too: nothing to offer
+    assert str(err.value).endswith("this host has driver 550.54.15 (geforce GPU)")
+    older = _resolved(tmp_path, '{torch: "2.6.0", cuda: "12.6"}')
+    with pytest.raises(ConfigError) as err:
+        compat.check(older, rtx)
+    assert str(err.value).endswith("with this driver use: cuda 11.8 (cu118), cuda 12.4 (cu124)")
+    h100 = compat.HostGpus("550.54.15", ("NVIDIA H100 80GB HBM3",), ("nvidia",))
+    compat.check(resolved, h100)
+    mixed = compat.HostGpus("550.54.15", ("NVIDIA H100", "RTX 4090"), ("nvidia", "geforce"))
+    compat.check(resolved, mixed, [0])  # only the selected GPU's brand counts
+    with pytest.raises(ConfigError):
+        compat.check(resolved, mixed, [1])
+
+
+@pytest.mark.parametrize(
+    ("torch", "variant", "pypi_default"),
+    [
+        ("2.4.1", "cu118", "12.1"),  # R520 beats cu121's R530
+        ("2.9.1", "cu126", "12.8"),
+        ("2.11.0", "cu128", "13.0"),  # PyPI's CUDA 13.0 default needs R580
+    ],
+)
+def test_default_build_prefers_driver_reach(torch: str, variant: str, pypi_default: str) -> None:
+    from gpulaunch.image.request import ImageRequest, explain_cuda_choice
+
+    resolved = resolve(ImageRequest(torch=torch))
+    assert resolved.torch_variant == variant
+    assert resolved.cuda and not resolved.cuda.startswith(pypi_default)
+    line = explain_cuda_choice(resolved)
+    assert line.startswith(f"CUDA {resolved.cuda} ({variant}): ")
+    assert f"driver >= {resolved.min_driver}" in line and "\n" not in line
+    asked = resolve(ImageRequest(torch=torch, cuda=pypi_default))
+    assert explain_cuda_choice(asked, pypi_default).startswith(f"CUDA {asked.cuda}: as asked")
+    cpu = resolve(ImageRequest(torch=torch, cuda="cpu"))
+    assert explain_cuda_choice(cpu) == "CPU-only build: no CUDA, no driver needed"
