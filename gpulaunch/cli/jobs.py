@@ -104,7 +104,6 @@ def run(
     Any other command: gpulaunch run -- python -m my.module --flag
     """
     from gpulaunch.jobs.execute import (
-        PENDING_IMAGE,
         JobIO,
         JobSpec,
         build_image,
@@ -160,7 +159,7 @@ def run(
     if dry_run:
         _dry_run(spec, as_json, detach)
         return
-    job = plan_job(spec, "(host)" if no_container else PENDING_IMAGE)  # before any build
+    job = plan_job(spec)  # before any build
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     if no_container:
@@ -185,7 +184,7 @@ def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
     from gpulaunch.jobs.execute import plan_job
 
     if spec.opts.no_container:
-        job = plan_job(spec, "(host)")
+        job = plan_job(spec)
         _print_warnings(job.plan)
         _print_dry_run(job.plan, None, None, as_json)
         return

@@ -13,7 +13,8 @@ from typing import Any, BinaryIO, Protocol
 
 from gpulaunch.launch.plan import LaunchPlan, RunOptions, plan_run, write_run_files
 
-PENDING_IMAGE = "(pending)"
+PENDING_IMAGE = "(pending)"  # a container job before its build
+HOST_IMAGE = "(host)"  # a --no-container job: no image at all
 
 
 @dataclass
@@ -57,8 +58,13 @@ class JobIO:
     build: Callable[[Any, Path, Any, Any], Any]  # (cfg, project, BuildOptions, engine)
 
 
-def plan_job(spec: JobSpec, image: str = PENDING_IMAGE) -> Job:
-    """Validate flags and profiles into a launch plan (before any build: bad flags fail fast)."""
+def plan_job(spec: JobSpec, image: str | None = None) -> Job:
+    """Validate flags and profiles into a launch plan (before any build: bad flags fail fast).
+
+    Without an image tag the plan names a placeholder: the host, or the image still to build.
+    """
+    if image is None:
+        image = HOST_IMAGE if spec.opts.no_container else PENDING_IMAGE
     return Job(spec, plan_run(spec.cfg, spec.project, spec.cwd, spec.opts, image))
 
 
