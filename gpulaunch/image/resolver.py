@@ -268,8 +268,13 @@ def _choose_image(
             raise CatalogError(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
             )
-    documented = [img for img in on_os if img.confidence == "high"] if full is None else []
-    return _newest(documented or on_os, lambda img: img.cuda), os_name
+    pool = _documented(on_os) if full is None else on_os
+    return _newest(pool, lambda img: img.cuda), os_name
+
+
+def _documented(rows: list[CudaImage]) -> list[CudaImage]:
+    """The rows NVIDIA documents (high confidence), or all of them when none is documented."""
+    return [img for img in rows if img.confidence == "high"] or rows
 
 
 def _resolve_cuda(
@@ -301,9 +306,8 @@ def _resolve_cuda(
 
     if image.confidence == "low":
         warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
-    same = [i for i in cat.cuda_images if i.xy == image.xy]  # documented patches, if it is one
-    documented = [i for i in same if i.confidence == "high"] if image.confidence == "high" else []
-    latest = _newest(documented or same, lambda i: i.cuda)
+    same = [i for i in cat.cuda_images if i.xy == image.xy]
+    latest = _newest(_documented(same) if image.confidence == "high" else same, lambda i: i.cuda)
     if _vt(image.cuda) < _vt(latest.cuda):
         warnings.append(
             f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
