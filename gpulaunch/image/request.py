@@ -106,6 +106,7 @@ class MatrixRow:
     # branches it admits for some GPU brands (forward compatibility)
     driver_requirement: str | None = None
     driver_branches: tuple[str, ...] = ()
+    origin: str | None = None  # the overlay file this row's facts come from (None: packaged)
 
     @property
     def python_range(self) -> str:
@@ -224,8 +225,10 @@ def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
 def broad_reach_variant(rel: TorchRelease) -> Variant:
     """The default build when no CUDA is asked for: among upstream's stable builds, the one
     whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
-    then the newer CUDA. Without stable builds: PyPI's default, else the newest."""
-    stable = [v for v in rel.variants if v.status == "stable"] or list(rel.variants)
+    then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
+    builds (an overlay's unconfirmed rows) are chosen only when nothing else is left."""
+    trusted = [v for v in rel.variants if v.confidence != "low"] or list(rel.variants)
+    stable = [v for v in trusted if v.status == "stable"] or trusted
 
     def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
         need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
