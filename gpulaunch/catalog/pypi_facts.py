@@ -19,7 +19,9 @@ _WHEEL_RE = re.compile(
 )
 _CP_RE = re.compile(r"^cp3(\d+)$")
 _MANYLINUX_RE = re.compile(r"manylinux_?(\d+)_(\d+)_x86_64|manylinux(2014|2010|1)_x86_64")
-_LEGACY_GLIBC = {"1": "2.5", "2010": "2.12", "2014": "2.17"}
+# manylinux1 says glibc 2.5, but torch's wheels carry it while being built on 2.17 or 2.28:
+# it is read as "unknown"
+_LEGACY_GLIBC = {"1": None, "2010": "2.12", "2014": "2.17"}
 _FLOOR_RE = re.compile(r"^\s*>=\s*(3\.\d+)(?:\.\d+)?\s*$")
 # an exact pin in Requires-Dist: "torch==2.12.0", "cuda-toolkit[cublas]==13.2.2; platform..."
 _PIN_RE = re.compile(
@@ -46,7 +48,10 @@ class ReleaseFacts(NamedTuple):
 
     @property
     def python_min(self) -> str | None:
-        return python_floor(self.requires_python) or (self.pythons[0] if self.pythons else None)
+        """The higher of Requires-Python's floor and the oldest CPython with a wheel (torch
+        2.5.1 says >=3.8.0 but has no cp38 wheel)."""
+        found = [v for v in (python_floor(self.requires_python), *self.pythons[:1]) if v]
+        return max(found, key=vt) if found else None
 
     @property
     def python_max(self) -> str | None:
@@ -95,12 +100,13 @@ def _release(version: str, files: list[Any]) -> ReleaseFacts | None:
         linux = _MANYLINUX_RE.search(m.group("plat"))
         if m.group("plat") == "any" and m.group("abi") == "none":
             pure = True
-        elif not (linux and cp and m.group("abi") == m.group("py")):
-            continue  # another platform, or a free-threaded (cp3XXt) / abi3 build
+        elif not (linux and cp and m.group("abi") in (m.group("py"), m.group("py") + "m")):
+            continue  # another platform, or a free-threaded (cp3XXt) / abi3 build; cp37m counts
         else:
             pythons.add(f"3.{cp.group(1)}")
             if linux.group(3):
-                glibcs.append(_LEGACY_GLIBC[linux.group(3)])
+                legacy = _LEGACY_GLIBC[linux.group(3)]
+                glibcs.extend([legacy] if legacy else [])
             else:
                 glibcs.append(f"{linux.group(1)}.{linux.group(2)}")
         if isinstance(item.get("requires_python"), str):

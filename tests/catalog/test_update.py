@@ -4,6 +4,9 @@ what it writes, and that the overlay reaches `versions` and `init`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,3 +215,37 @@ def test_output_option_and_a_link_is_refused(
     assert result.exit_code == 2
     assert "symbolic link" in result.output
     assert victim.read_text() == "keep"
+
+
+def test_catalog_check_lists_differences(fake: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dev/catalog-check over the fake: a changed Python floor, a torchvision whose exact pin
+    names another torch, a packaged patch PyPI lacks, and what an update would add."""
+    doc = fake.pages["/pypi/torch/json"]
+    doc["releases"]["2.14.0"] = torch_files("2.14.0", ["3.11", "3.12"], ">=3.11", "2026-09-02")
+    fake.pages["/pypi/torchvision/json"]["info"]["requires_dist"] = ["torch==2.13.9"]
+    fake.pages["/pypi/torchvision/json"]["info"]["version"] = "0.29.0"
+    script = Path(__file__).resolve().parents[2] / "dev" / "catalog-check"
+    env = {k: v for k, v in os.environ.items() if k != "GPULAUNCH_TORCH_INDEX_URL"}
+    env["GPULAUNCH_TORCH_INDEX_URL"] = f"{CLOSED}/whl"
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert "torch 2.14: python.min 3.10, PyPI 2.14.0 requires_python >=3.11" in lines
+    assert "torch 2.14: python.max 3.14, PyPI 2.14.0 has wheels up to cp312" in lines
+    assert "torch 2.13.0: no final Linux x86_64 release on PyPI" in lines
+    assert "torch 2.14.0: torchvision 0.29.0 pins torch==2.13.9 on PyPI" in lines
+    assert "missing: torch 2.14.1: torchvision 0.29.1 (medium)" in lines
+    assert any(line.startswith("not reached: http://127.0.0.1:1/whl/") for line in lines)
+    assert done.stderr.strip().startswith("catalog-check: ")
+
+
+def test_catalog_check_without_pypi(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = Path(__file__).resolve().parents[2] / "dev" / "catalog-check"
+    env = {**os.environ, "GPULAUNCH_PYPI_URL": CLOSED}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("catalog-check: catalog update: PyPI did not answer")
