@@ -4,7 +4,7 @@ the catalog current: user overlay catalogs (overlay.py), `catalog update` from P
 pypi_facts.py), the staleness warning (staleness.py) and dev/catalog-check (verify.py).
 
 Sits between `gpulaunch.image` and `gpulaunch.engine` in the layers: may import
-`gpulaunch.engine`, `gpulaunch.outside` (PyPI) and the shared modules (`config`, `errors`, `yamlio`, `textcheck`, `fsio`,
-`masking`); never `gpulaunch.image`, `gpulaunch.launch` or `gpulaunch.cli`. Never prints or
-exits: errors are raised.
+`gpulaunch.engine`, `gpulaunch.outside` (PyPI) and the shared modules (`config`, `errors`,
+`yamlio`, `textcheck`, `fsio`, `masking`); never `gpulaunch.image`, `gpulaunch.launch` or
+`gpulaunch.cli`. Never prints or exits: errors are raised.
 """

@@ -146,8 +146,78 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
         row = rows.setdefault(minor, {"minor": minor, "patches": []})
         row["patches"].append(patch)
         report.added.append(f"torch {version}: {_patch_text(patch)}")
-    report.overlay = _document(list(rows.values()), sources, today)
+    cudas = sorted({str(v["cuda"]) for r in rows.values() for v in r.get("variants", [])}, key=vt)
+    images = _images(packaged, cudas, sources, report)
+    report.overlay = _document(list(rows.values()), images, sources, today)
     return report
+
+
+_TAG_RE = re.compile(r"^(\d+\.\d+\.\d+)-(?:(cudnn\d*)-)?runtime-(ubuntu\d\d\.\d\d)$")
+
+
+def _images(
+    packaged: dict[str, Any], cudas: list[str], sources: Sources, report: UpdateReport
+) -> list[dict[str, Any]]:
+    """nvidia/cuda rows for the CUDA x.y of new builds, from Docker Hub's tag list where it is
+    reached: unconfirmed catalog rows seen there become `high`, new patch releases are added.
+    Not reached: the catalog's rows stay as they are, and the report says so."""
+    known = [r for r in packaged.get("cuda_images", {}).get("versions", []) if isinstance(r, dict)]
+    oses = set(packaged.get("os", {}))
+    out: list[dict[str, Any]] = []
+    for xy in cudas:
+        same = [r for r in known if ".".join(str(r.get("cuda")).split(".")[:2]) == xy]
+        tags = sources.hub_tags(xy)
+        if tags is None:
+            if not same or any(r.get("confidence", "high") != "high" for r in same):
+                report.unconfirmed.append(f"nvidia/cuda {xy}.x tags: Docker Hub not reached")
+            continue
+        seen: dict[str, dict[str, set[str]]] = {}
+        for tag in tags:
+            m = _TAG_RE.match(tag)
+            if m and m.group(3) in oses:
+                flavors = seen.setdefault(m.group(1), {"": set(), "cudnn": set()})
+                flavors["cudnn" if m.group(2) else ""].add(m.group(3))
+        template = same[-1] if same else None
+        for cuda, flavors in sorted(seen.items(), key=lambda kv: vt(kv[0])):
+            row = next((r for r in same if r.get("cuda") == cuda), None)
+            if row is not None:
+                if row.get("confidence", "high") != "high" and _all_seen(row, flavors):
+                    confirmed = {k: v for k, v in row.items() if k not in ("origin", "note")}
+                    confirmed["confidence"] = "high"
+                    confirmed["note"] = f"tags seen on Docker Hub ({sources.hub_url})"
+                    out.append(confirmed)
+                    report.added.append(f"nvidia/cuda {cuda}: confirmed on Docker Hub")
+                continue  # a row not fully seen (a page may be partial) stays as it is
+            if not flavors[""] or template is None:
+                continue
+            base = copy.deepcopy(template)
+            base.pop("origin", None)
+            new = {**base, "cuda": cuda, "os": sorted(flavors[""], key=_os_key)}
+            cudnn = new.get("cudnn")
+            if isinstance(cudnn, dict):
+                cudnn_os = sorted(flavors["cudnn"], key=_os_key)
+                if not cudnn_os:
+                    new["cudnn"] = None
+                elif cudnn_os != new["os"]:
+                    new["cudnn"] = {**cudnn, "os": cudnn_os}
+                else:
+                    new["cudnn"] = {k: v for k, v in cudnn.items() if k != "os"}
+            new["confidence"] = "high"
+            new["note"] = f"runtime tags seen on Docker Hub ({sources.hub_url})"
+            out.append(new)
+            report.added.append(f"nvidia/cuda {cuda}: {', '.join(new['os'])} (Docker Hub)")
+    return out
+
+
+def _all_seen(row: dict[str, Any], flavors: dict[str, set[str]]) -> bool:
+    oses = [str(o) for o in row.get("os", [])]
+    cudnn = row.get("cudnn")
+    cudnn_os = [str(o) for o in cudnn.get("os", oses)] if isinstance(cudnn, dict) else []
+    return set(oses) <= flavors[""] and set(cudnn_os) <= flavors["cudnn"]
+
+
+def _os_key(name: str) -> tuple[int, ...]:
+    return vt(name.removeprefix("ubuntu"))
 
 
 def _raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,7 +353,9 @@ def _variants(
     return out
 
 
-def _document(rows: list[dict[str, Any]], sources: Sources, today: date) -> dict[str, Any]:
+def _document(
+    rows: list[dict[str, Any]], images: list[dict[str, Any]], sources: Sources, today: date
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "overlay_version": overlay.OVERLAY_VERSION,
         "research_date": today.isoformat(),
@@ -294,6 +366,8 @@ def _document(rows: list[dict[str, Any]], sources: Sources, today: date) -> dict
     }
     if rows:
         doc["torch"] = {"releases": rows}
+    if images:
+        doc["cuda_images"] = {"versions": images}
     return doc
 
 

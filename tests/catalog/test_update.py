@@ -249,3 +249,39 @@ def test_catalog_check_without_pypi(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("catalog-check: catalog update: PyPI did not answer")
+
+
+def test_docker_hub_reached_confirms_and_adds_images(
+    fake: FakeIndex, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULAUNCH_DOCKER_HUB_URL", fake.url)
+    tags = [
+        "13.2.1-runtime-ubuntu24.04",
+        "13.2.1-runtime-ubuntu22.04",
+        "13.2.1-cudnn-runtime-ubuntu24.04",
+        "13.2.1-cudnn-runtime-ubuntu22.04",
+        "13.2.2-runtime-ubuntu24.04",
+        "13.2.2-devel-ubuntu24.04",
+        "13.2.2-runtime-ubuntu26.04",  # an OS the catalog does not know: left out
+        "latest",
+    ]
+    query = "/v2/repositories/nvidia/cuda/tags?page_size=100&name="
+    fake.pages[f"{query}13.2."] = {"results": [{"name": t} for t in tags], "next": None}
+    fake.pages[f"{query}12.6."] = {"results": [], "next": None}
+    fake.pages[f"{query}13.0."] = {"results": [{"name": "13.0.3-runtime-ubuntu24.04"}]}
+    result = runner.invoke(app, ["catalog", "update"])
+    assert result.exit_code == 0, result.output
+    images = yaml.safe_load(_overlay_path(tmp_path).read_text())["cuda_images"]["versions"]
+    by_cuda = {row["cuda"]: row for row in images}
+    # 13.2.0 not seen and 13.0.3 seen on one of its two OSes: both stay medium, untouched
+    assert sorted(by_cuda) == ["13.2.1", "13.2.2"]
+    assert by_cuda["13.2.1"]["confidence"] == "high"
+    assert by_cuda["13.2.1"]["os"] == ["ubuntu22.04", "ubuntu24.04"]
+    assert by_cuda["13.2.2"]["os"] == ["ubuntu24.04"] and by_cuda["13.2.2"]["cudnn"] is None
+    assert "added: nvidia/cuda 13.2.2: ubuntu24.04 (Docker Hub)" in result.output
+    assert "added: nvidia/cuda 13.2.1: confirmed on Docker Hub" in result.output
+    assert "Docker Hub not reached" not in result.output
+    shown = runner.invoke(app, ["versions", "--torch", "2.15.0", "--cuda", "13.2", "--json"])
+    assert shown.exit_code == 0, shown.output
+    # the default OS (ubuntu22.04) has no 13.2.2 tag: the newest image there is 13.2.1
+    assert json.loads(shown.output)[0]["image"] == "nvidia/cuda:13.2.1-runtime-ubuntu22.04"
