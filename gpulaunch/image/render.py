@@ -70,6 +70,7 @@ def image_request(config: ProjectConfig) -> ImageRequest:
         os=img.os,
         flavor=img.flavor,
         base=img.base,
+        python_source=img.python_source,
     )
 
 
@@ -120,7 +121,7 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
     elif resolved.python_source == "deadsnakes":
         pkgs += ["software-properties-common", "gnupg"]
         deadsnakes = [f"python{resolved.python}", f"python{resolved.python}-venv"]
-    if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes"):
+    if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes", "standalone"):
         pkgs.append("ca-certificates")
     pkgs += config.image.system_packages
     return _unique(pkgs), deadsnakes
@@ -222,6 +223,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "python": resolved.python,
         "python_source": resolved.python_source,
         "python_bin": python_bin,
+        "uv_image": _uv_image(resolved),
         "system_site_packages": resolved.flavor == "ngc",
         "ngc": resolved.flavor == "ngc",
         "pip_upgrade": pip_upgrade,
@@ -277,6 +279,15 @@ def _pip_upgrade(
             "wheelhouse (old pip fails only on the PyTorch index, which is not used)"
         )
     return {**step, "spec": f"pip=={wheel}"}, ""
+
+
+def _uv_image(resolved: ResolvedImage) -> str:
+    """The uv image a standalone CPython is installed with (data/python_install.yaml)."""
+    if resolved.python_source != "standalone":
+        return ""
+    from gpulaunch.catalog.python_install import standalone
+
+    return standalone().uv_image
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
