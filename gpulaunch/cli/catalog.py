@@ -54,14 +54,15 @@ def update(
     """Read torch / torchvision / torchaudio releases from PyPI's JSON API (and the PyTorch
     wheel index and Docker Hub where reachable) and write what the packaged catalog lacks as
     an overlay, with confidence levels and the sources it could not reach."""
-    from gpulaunch.catalog.update import Sources, run_update
+    from gpulaunch.catalog.overlay import overlay_dir
+    from gpulaunch.catalog.update import OVERLAY_NAME, Sources, run_update
     from gpulaunch.image.catalog_data import check_overlay
 
-    target = output.absolute() if output else None
+    target = output.absolute() if output else overlay_dir() / OVERLAY_NAME
     report = run_update(
         output=target,
         today=date.today(),
-        check=lambda data: check_overlay(data, str(target or "pypi.yaml")),
+        check=lambda data: check_overlay(data, str(target)),  # replaces the file it rewrites
         sources=Sources(timeout=timeout),
     )
     if as_json:

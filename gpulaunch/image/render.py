@@ -197,6 +197,11 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         for url in img.pip.extra_index_urls if not secrets else ():
             req_flags += f" --extra-index-url {shlex.quote(url)}"
 
+    if resolved.python_source == "standalone" and config.build.network == "none":
+        raise ConfigError(
+            "image.python_source: standalone downloads CPython at build time; "
+            "build.network none forbids it (use distro, deadsnakes or a base with Python)"
+        )
     installs = bool(torch_install or requirements_file or dependencies)
     pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, installs)
     apt, deadsnakes = _apt_packages(resolved, config)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gpulaunch.catalog.python_install import deadsnakes, deadsnakes_gap, standalone
 from gpulaunch.cli import app
 from gpulaunch.config import validate_data
-from gpulaunch.errors import CatalogError
+from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.compat import matrix
 from gpulaunch.image.render import plan_image, render_dockerfile
@@ -230,3 +230,20 @@ def test_unknown_base_with_os_is_provisioned(tmp_path: Path) -> None:
         },
     )
     assert "python3 python3-venv" in text
+
+
+def test_standalone_needs_the_network_at_build_time(tmp_path: Path) -> None:
+    cfg = validate_data(
+        {
+            "name": "q",
+            "image": {
+                "torch": "2.4.1",
+                "cuda": "12.4",
+                "python": "3.12",
+                "python_source": "standalone",
+            },
+            "build": {"network": "none"},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"build\.network none forbids it"):
+        plan_image(cfg, tmp_path, "buildkit")

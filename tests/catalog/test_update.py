@@ -285,3 +285,15 @@ def test_docker_hub_reached_confirms_and_adds_images(
     assert shown.exit_code == 0, shown.output
     # the default OS (ubuntu22.04) has no 13.2.2 tag: the newest image there is 13.2.1
     assert json.loads(shown.output)[0]["image"] == "nvidia/cuda:13.2.1-runtime-ubuntu22.04"
+
+
+def test_update_repairs_its_own_broken_overlay(
+    fake: FakeIndex, runner: CliRunner, tmp_path: Path
+) -> None:
+    path = _overlay_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text('overlay_version: "1"\nresearch_date: "2026-11-01"\ntorch: {releases: 3}\n')
+    assert runner.invoke(app, ["versions"]).exit_code == 2  # the broken file is refused
+    result = runner.invoke(app, ["catalog", "update"])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["versions", "--torch", "2.15.0"]).exit_code == 0
