@@ -125,6 +125,13 @@ class ImageSettings(_Model):
     os: str | None = Field(None, description='"ubuntu22.04", "ubuntu24.04", ...')
     flavor: Literal["runtime", "devel", "ngc", "cpu"] = "runtime"
     base: str | None = Field(None, description="Explicit base image; skips the catalog's choice.")
+    python_source: Literal["distro", "deadsnakes", "standalone", "image"] | None = Field(
+        None,
+        description="Where the venv's Python comes from: distro (the OS's python3), deadsnakes "
+        "(PPA), standalone (a CPython build installed by uv at build time), image (the base "
+        "image's own). Unset: distro when it is the asked Python, else deadsnakes where it "
+        "still exists.",
+    )
     system_packages: list[str] = Field(default_factory=list)
     requirements: str | None = Field(
         None, description="requirements.txt or pyproject.toml, relative to the project."

@@ -56,6 +56,11 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             and not key.startswith("GPULAUNCH_TEST_")
         ):
             monkeypatch.delenv(key, raising=False)
+    # the user's overlay catalogs and caches stay out of tests; the once-a-day staleness
+    # warning is off (tests/catalog/test_overlay.py turns it on where it is the subject)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "_config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "_cache"))
+    monkeypatch.setenv("GPULAUNCH_NO_STALE_WARNING", "1")
 
 
 @pytest.fixture

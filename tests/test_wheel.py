@@ -49,7 +49,7 @@ def test_wheel_install_renders_outside_repo(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "FROM nvidia/cuda:11.8.0-runtime-ubuntu22.04" in out.stdout
     assert "# Driver: driver >= 520.61.05 (cuda>=11.8)" in out.stdout  # packaged driver rules
-    assert "--index-url https://download.pytorch.org/whl/cu118" in out.stdout
+    assert "--index-url https://download.pytorch.org/whl/cu118" in out.stdout  # = image CUDA
     bad = subprocess.run(
         [gl, "init", "--yes", "--torch", "2.0.1", "--cuda", "12.4", "--force"],
         cwd=project,

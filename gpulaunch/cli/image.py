@@ -23,6 +23,7 @@ from gpulaunch.cli.app import (
     app,
     handle_errors,
 )
+from gpulaunch.cli.catalog import warn_if_stale
 from gpulaunch.errors import ConfigError
 
 
@@ -80,6 +81,7 @@ def init(
     )
     for note in result.notes:
         _err(note)
+    warn_if_stale()
     typer.echo(f"wrote {result.config_path}")
     if result.dockerignore_written:
         typer.echo(f"wrote {result.dockerignore_path}")
@@ -110,6 +112,7 @@ def render(
     text = render_dockerfile(plan)
     for warning in plan.resolved.warnings:
         _err(f"warning: {warning}")
+    warn_if_stale()
     if is_stdout(output):
         typer.echo(text, nl=False)
     else:
@@ -142,6 +145,7 @@ def versions(
     """Show the catalog: valid torch / CUDA / Python / driver combinations."""
     from gpulaunch.cli.views import matrix_json, matrix_table
 
+    warn_if_stale()
     if as_json:
         typer.echo(json.dumps(matrix_json(torch, cuda), indent=2))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch.errors import CatalogError
@@ -47,6 +48,8 @@ def _driver_cell(row: MatrixRow) -> str:
 def matrix_table(torch: str | None, cuda: str | None) -> Table:
     from rich.table import Table
 
+    rows = _rows(torch, cuda)
+    overlaid = any(row.origin for row in rows)
     table = Table(title="PyTorch wheels x CUDA images (gpulaunch catalog)")
     for column in (
         "torch",
@@ -60,9 +63,11 @@ def matrix_table(torch: str | None, cuda: str | None) -> Table:
         "status",
     ):
         table.add_column(column, no_wrap=column in ("torch", "wheel", "CUDA image"))
-    for row in _rows(torch, cuda):
+    if overlaid:
+        table.add_column("overlay", no_wrap=True)
+    for row in rows:
         status = row.status if row.confidence == "high" else f"{row.status} ({row.confidence})"
-        table.add_row(
+        cells = [
             row.torch,
             row.variant,
             row.image,
@@ -72,10 +77,15 @@ def matrix_table(torch: str | None, cuda: str | None) -> Table:
             _driver_cell(row),
             f"{row.archs[0]}…{row.archs[-1]}" if row.archs else "-",
             status,
-        )
+        ]
+        if overlaid:
+            cells.append(Path(row.origin).name if row.origin else "-")
+        table.add_row(*cells)
     table.caption = (
         "min driver: what the image's NVIDIA_REQUIRE_CUDA needs for every GPU; "
         "* forward-compatibility branches, for the GPU brands the image lists "
         "(datacenter brands; GeForce/Titan only up to CUDA 12.4)"
     )
+    if overlaid:
+        table.caption += "; overlay: the user catalog file a row comes from (--json: origin)"
     return table

@@ -10,10 +10,10 @@ import bisect
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from importlib import resources
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.errors import CatalogError
 
 CONFIDENCES = ("high", "medium", "low")
 
@@ -76,6 +76,7 @@ class CudaImage(NamedTuple):
     cudnn_major: str | None
     cudnn_os: tuple[str, ...]
     confidence: str
+    origin: str | None = None  # the overlay file this row came from (None: packaged)
 
     @property
     def xy(self) -> str:
@@ -102,6 +103,7 @@ class Variant(NamedTuple):
     cudnn: str
     archs: tuple[str, ...]
     confidence: str
+    origin: str | None = None
 
 
 class Patch(NamedTuple):
@@ -109,6 +111,7 @@ class Patch(NamedTuple):
     torchvision: str | None
     torchaudio: str | None
     confidence: str
+    origin: str | None = None
 
 
 class TorchRelease(NamedTuple):
@@ -121,6 +124,7 @@ class TorchRelease(NamedTuple):
     patches: tuple[Patch, ...]
     variants: tuple[Variant, ...]
     confidence: str
+    origin: str | None = None
 
     def python_ok(self, python: str) -> bool:
         return _vt(self.python_min) <= _vt(python) <= _vt(self.python_max)
@@ -140,6 +144,7 @@ class NgcRelease(NamedTuple):
     python: str
     os: str
     confidence: str
+    origin: str | None = None
 
     @property
     def torch_xy(self) -> str:
@@ -163,6 +168,7 @@ class ToolkitDriver(NamedTuple):
     cuda: str
     driver: str
     confidence: str
+    origin: str | None = None
 
 
 class Catalog(NamedTuple):
@@ -181,6 +187,8 @@ class Catalog(NamedTuple):
     arch_windows: tuple[ArchWindow, ...]
     ngc_image: str
     ngc: tuple[NgcRelease, ...]
+    research_date: str = ""  # the packaged facts' date ("2026-09")
+    overlays: tuple[str, ...] = ()  # overlay files merged in, in order
 
     def patches(self) -> list[tuple[TorchRelease, Patch]]:
         return [(rel, p) for rel in self.releases for p in rel.patches]
@@ -279,8 +287,17 @@ class _Node:
             raise _bad(self.path, f"unknown key(s) {_join(extra)}")
 
 
+class _ShapeError(CatalogError):
+    """A catalog field is malformed; `detail` names it without saying which file (an overlay
+    merged over the packaged catalog is named by the loader)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"catalog: {detail} (gpulaunch/data/catalog.yaml is broken)")
+        self.detail = detail
+
+
 def _bad(path: str, why: str) -> CatalogError:
-    return CatalogError(f"catalog: {path}: {why} (gpulaunch/data/catalog.yaml is broken)")
+    return _ShapeError(f"{path}: {why}")
 
 
 def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
@@ -307,7 +324,7 @@ def _cuda_image(node: _Node) -> CudaImage:
         token, major = cudnn.text("token"), cudnn.text("major", version=True)
         cudnn_os = cudnn.texts("os", required=False) or oses
         cudnn.done()
-    return CudaImage(cuda, oses, token, major, cudnn_os, node.confidence())
+    return CudaImage(cuda, oses, token, major, cudnn_os, node.confidence(), node.opt_text("origin"))
 
 
 def _variant(node: _Node) -> Variant:
@@ -322,6 +339,7 @@ def _variant(node: _Node) -> Variant:
         node.text("cudnn", version=True),
         archs,
         node.confidence(),
+        node.opt_text("origin"),
     )
 
 
@@ -331,6 +349,7 @@ def _patch(node: _Node) -> Patch:
         node.opt_text("torchvision", version=True),
         node.opt_text("torchaudio", version=True),
         node.confidence(),
+        node.opt_text("origin"),
     )
 
 
@@ -346,6 +365,7 @@ def _release(node: _Node) -> TorchRelease:
         patches=_each(node.nodes("patches"), _patch),
         variants=_each(node.nodes("variants"), _variant),
         confidence=node.confidence(),
+        origin=node.opt_text("origin"),
     )
     py.done()
     for v in release.variants:
@@ -363,6 +383,7 @@ def _ngc(node: _Node) -> NgcRelease:
         node.text("python", version=True),
         node.text("os"),
         node.confidence(),
+        node.opt_text("origin"),
     )
 
 
@@ -386,14 +407,17 @@ def _window(node: _Node) -> ArchWindow:
 
 def _driver(node: _Node) -> ToolkitDriver:
     return ToolkitDriver(
-        node.text("cuda", version=True), node.text("driver", version=True), node.confidence()
+        node.text("cuda", version=True),
+        node.text("driver", version=True),
+        node.confidence(),
+        node.opt_text("origin"),
     )
 
 
 def _parse_catalog(raw: object) -> Catalog:
     root = _Node(raw, "catalog")
     root.text("schema_version")
-    root.text("research_date")
+    research_date = root.text("research_date")
     os_map = {name: _os_info(name, node) for name, node in root.mapping("os").items()}
     defaults = root.node("defaults")
     images = root.node("cuda_images")
@@ -419,6 +443,7 @@ def _parse_catalog(raw: object) -> Catalog:
         arch_windows=_each(root.nodes("toolkit_arch_window"), _window),
         ngc_image=ngc.text("image"),
         ngc=_each(ngc.nodes("releases"), _ngc),
+        research_date=research_date,
     )
     for node in (defaults, images, cpu, torch, drivers, ngc, root):
         node.done()
@@ -447,14 +472,44 @@ def _check_consistency(cat: Catalog) -> None:
                 raise _bad(f"torch {rel.minor}", f"variant {v.variant} != CUDA {v.cuda}")
 
 
-@functools.cache
 def load_catalog() -> Catalog:
-    """Load the packaged catalog once per process."""
-    from gpulaunch.yamlio import parse_yaml_text  # lazy: keeps `import gpulaunch.catalog` cheap
+    """The packaged catalog with the user's overlays merged over it (gpulaunch.catalog.overlay);
+    loaded once per process while the overlay files stay the same."""
+    from gpulaunch.catalog import overlay
 
-    text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
-    try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
-        raw = parse_yaml_text(text, "gpulaunch/data/catalog.yaml")
-    except ConfigError as err:
-        raise CatalogError(f"catalog: {err.message}") from None
-    return _parse_catalog(raw)
+    paths = overlay.overlay_paths()
+    return _load_merged(overlay.fingerprint(paths))
+
+
+def check_overlay(data: dict[str, Any], label: str) -> None:
+    """Raise CatalogError unless `data` (an overlay not yet written) merges over the packaged
+    catalog and the user's other overlays into a valid catalog."""
+    from datetime import date
+
+    from gpulaunch.catalog import overlay
+
+    raw = overlay.packaged_raw()
+    for path in overlay.overlay_paths():
+        if Path(label) != path:
+            raw = overlay.merge(raw, overlay.read_overlay(path))
+    checked = overlay.Overlay(Path(label), data, date.today())
+    try:
+        _parse_catalog(overlay.merge(raw, checked))
+    except _ShapeError as err:
+        raise CatalogError(f"catalog overlay {label}: {err.detail}") from None
+
+
+@functools.cache
+def _load_merged(key: tuple[tuple[str, int, int], ...]) -> Catalog:
+    from gpulaunch.catalog import overlay
+
+    raw = overlay.packaged_raw()
+    catalog = _parse_catalog(raw)  # the packaged file alone first: its errors name it
+    for path_text, _, _ in key:
+        path = Path(path_text)
+        raw = overlay.merge(raw, overlay.read_overlay(path))
+        try:
+            catalog = _parse_catalog(raw)
+        except _ShapeError as err:
+            raise CatalogError(f"catalog overlay {path}: {err.detail}") from None
+    return catalog._replace(overlays=tuple(path for path, _, _ in key))

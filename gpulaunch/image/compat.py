@@ -78,6 +78,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     confidence=max(confidences, key=CONFIDENCES.index),
                     driver_requirement=rule.text if rule else None,
                     driver_branches=tuple(rule.branches()) if rule else (),
+                    origin=patch.origin or (variant.origin if variant else None) or rel.origin,
                 )
             )
     return rows

@@ -70,6 +70,7 @@ def image_request(config: ProjectConfig) -> ImageRequest:
         os=img.os,
         flavor=img.flavor,
         base=img.base,
+        python_source=img.python_source,
     )
 
 
@@ -120,7 +121,7 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
     elif resolved.python_source == "deadsnakes":
         pkgs += ["software-properties-common", "gnupg"]
         deadsnakes = [f"python{resolved.python}", f"python{resolved.python}-venv"]
-    if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes"):
+    if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes", "standalone"):
         pkgs.append("ca-certificates")
     pkgs += config.image.system_packages
     return _unique(pkgs), deadsnakes
@@ -196,6 +197,13 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         for url in img.pip.extra_index_urls if not secrets else ():
             req_flags += f" --extra-index-url {shlex.quote(url)}"
 
+    if resolved.python_source == "standalone" and config.build.network == "none":
+        raise ConfigError(
+            "image.python_source: standalone downloads CPython at build time; "
+            "build.network none forbids it (use distro, deadsnakes or a base with Python)"
+        )
+    installs = bool(torch_install or requirements_file or dependencies)
+    pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, installs)
     apt, deadsnakes = _apt_packages(resolved, config)
     python_bin = f"python{resolved.python}" if resolved.python_source == "deadsnakes" else "python3"
     labels = {
@@ -220,8 +228,11 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "python": resolved.python,
         "python_source": resolved.python_source,
         "python_bin": python_bin,
+        "uv_image": _uv_image(resolved),
         "system_site_packages": resolved.flavor == "ngc",
         "ngc": resolved.flavor == "ngc",
+        "pip_upgrade": pip_upgrade,
+        "pip_note": pip_note,
         "torch_install": torch_install,
         "torch_summary": _torch_summary(resolved),
         "torch_source_flags": torch_flags,
@@ -239,6 +250,49 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     return ImagePlan(
         config.name, resolved, builder, context, tuple(dict.fromkeys(required)), secrets
     )
+
+
+def _pip_upgrade(
+    config: ProjectConfig,
+    resolved: ResolvedImage,
+    links: list[dict[str, str]],
+    project_dir: Path,
+    installs: bool,
+) -> tuple[dict[str, str] | None, str]:
+    """The step that upgrades the venv's pip before anything is installed (old pip cannot read
+    the PyTorch index), and a note when it is left out. Air-gapped (`pip.no_index`): from the
+    wheelhouse when it holds a new enough pip, else left out (the index old pip fails on is
+    not used then). The step itself skips the upgrade when the venv's pip is new enough."""
+    from gpulaunch.catalog.python_install import pip_floor, wheelhouse_pip
+
+    if resolved.flavor == "ngc" or not installs:
+        return None, ""
+    floor = pip_floor()
+    step = {
+        "check": floor.check_script(),
+        "floor": floor.min,
+        "spec": f"pip>={floor.min}",
+        "why": floor.why,
+    }
+    if not config.image.pip.no_index:
+        return step, ""
+    folders = [project_dir / rel for rel in config.image.pip.find_links]
+    wheel = wheelhouse_pip(folders, floor.min)
+    if wheel is None:
+        return None, (
+            f"pip is not upgraded: pip.no_index and no pip>={floor.min} wheel in the "
+            "wheelhouse (old pip fails only on the PyTorch index, which is not used)"
+        )
+    return {**step, "spec": f"pip=={wheel}"}, ""
+
+
+def _uv_image(resolved: ResolvedImage) -> str:
+    """The uv image a standalone CPython is installed with (data/python_install.yaml)."""
+    if resolved.python_source != "standalone":
+        return ""
+    from gpulaunch.catalog.python_install import standalone
+
+    return standalone().uv_image
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

@@ -7,11 +7,14 @@ valid choice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import NamedTuple
 
 from gpulaunch.catalog import driver_rule
+from gpulaunch.catalog.python_install import Choice, choose_source
 from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
     _CU_VARIANT_RE,
@@ -43,6 +46,7 @@ class ImageRequest:
     os: str | None = None
     flavor: str = "runtime"
     base: str | None = None
+    python_source: str | None = None  # distro | deadsnakes | standalone | image; None: auto
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class MatrixRow:
     # branches it admits for some GPU brands (forward compatibility)
     driver_requirement: str | None = None
     driver_branches: tuple[str, ...] = ()
+    origin: str | None = None  # the overlay file this row's facts come from (None: packaged)
 
     @property
     def python_range(self) -> str:
@@ -224,8 +229,10 @@ def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
 def broad_reach_variant(rel: TorchRelease) -> Variant:
     """The default build when no CUDA is asked for: among upstream's stable builds, the one
     whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
-    then the newer CUDA. Without stable builds: PyPI's default, else the newest."""
-    stable = [v for v in rel.variants if v.status == "stable"] or list(rel.variants)
+    then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
+    builds (an overlay's unconfirmed rows) are chosen only when nothing else is left."""
+    trusted = [v for v in rel.variants if v.confidence != "low"] or list(rel.variants)
+    stable = [v for v in trusted if v.status == "stable"] or trusted
 
     def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
         need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
@@ -340,3 +347,48 @@ def _driver_tuple(driver: str) -> tuple[int, ...]:
 def driver_satisfies(driver: str, cuda: str, base_image: str | None = None) -> bool:
     """True when `driver` starts the image for every GPU brand (see min_driver_for)."""
     return _driver_tuple(driver) >= _vt(min_driver_for(cuda, base_image))
+
+
+_BASE_OS_RE = re.compile(
+    r"(?:^|/)(?:nvidia/cuda:\S*-(ubuntu\d\d\.\d\d)|ubuntu:(\d\d\.\d\d))(?:@\S+)?$"
+)
+
+
+def base_os(cat: Catalog, base: str, asked: str | None) -> str | None:
+    """The catalog OS of an explicit base: image.os, else read from an nvidia/cuda or ubuntu
+    tag (nvidia/cuda:12.4.1-runtime-ubuntu22.04 -> ubuntu22.04); None when unknown."""
+    if asked is not None:
+        if asked not in cat.os:
+            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {_join(cat.os)}")
+        return asked
+    m = _BASE_OS_RE.search(base)
+    name = (m.group(1) or f"ubuntu{m.group(2)}") if m else None
+    return name if name in cat.os else None
+
+
+def python_source(
+    cat: Catalog,
+    sel: _TorchSel | None,
+    os_name: str,
+    python: str,
+    requested: str | None,
+    oses: Sequence[str] = (),
+) -> Choice:
+    """Where the venv's Python comes from on a base of `os_name` (gpulaunch.catalog.
+    python_install, on today's date), or a CatalogError naming what can install instead."""
+    return choose_source(
+        os_name=os_name,
+        python=python,
+        distro=cat.os[os_name].python,
+        glibc=cat.os[os_name].glibc,
+        requested=requested,
+        on=date.today(),
+        python_ok=lambda py: sel is None or sel.release.python_ok(py),
+        other_oses={name: cat.os[name].python for name in oses},
+    )
+
+
+def own_python_only(requested: str | None, what: str) -> None:
+    """Bases that bring their Python (python:*-slim, NGC) take no other source."""
+    if requested not in (None, "image"):
+        raise CatalogError(f"image.python_source: {what} bring their own Python; got {requested}")

@@ -38,7 +38,10 @@ from gpulaunch.image.request import (
     _select_torch,
     _torch_warnings,
     _TorchSel,
+    base_os,
     min_driver_for,
+    own_python_only,
+    python_source,
 )
 
 
@@ -61,13 +64,15 @@ def resolve(req: ImageRequest) -> ResolvedImage:
     if flavor == "ngc":
         if req.base is not None:
             raise CatalogError("image.base: an explicit base image cannot be combined with ngc")
+        own_python_only(req.python_source, "NGC images")
         return _resolve_ngc(cat, req.torch, cuda_req, cudnn, python, req.os)
     sel = _select_torch(cat, req.torch)
     if req.base is not None:
-        return _resolve_custom(cat, req.base, flavor, sel, cuda_req, cudnn, python)
+        return _resolve_custom(cat, req, flavor, sel, cuda_req, cudnn, python)
     if flavor == "cpu":
+        own_python_only(req.python_source, "flavor cpu's python:*-slim images")
         return _resolve_cpu(cat, sel, python, req.os)
-    return _resolve_cuda(cat, flavor, sel, cuda_req, cudnn, python, req.os)
+    return _resolve_cuda(cat, flavor, sel, cuda_req, cudnn, python, req.os, req.python_source)
 
 
 class _Pins(NamedTuple):
@@ -138,7 +143,7 @@ def _resolve_cpu(
 
 def _resolve_custom(
     cat: Catalog,
-    base: str,
+    req: ImageRequest,
     flavor: str,
     sel: _TorchSel | None,
     cuda: _CudaReq | None,
@@ -155,9 +160,19 @@ def _resolve_custom(
             variant = _choose_variant(sel, cuda)
         variant_name = variant.variant if variant else None
         cuda_text = cuda.text if cuda else (variant.cuda if variant else None)
-    py = python or _default_python(cat, sel, cat.cpu_python)
+    base = req.base or ""
+    os_name = base_os(cat, base, req.os)
+    if os_name is None and req.python_source not in (None, "image"):
+        raise CatalogError(
+            f"image.os: gpulaunch cannot tell {base}'s OS; set image.os so it can install "
+            f"Python ({req.python_source}) on it"
+        )
+    py = python or _default_python(cat, sel, cat.os[os_name].python if os_name else cat.cpu_python)
     _check_python(sel, py, warnings)
-    if python is None:
+    source = "image"
+    if os_name is not None and req.python_source != "image":  # provisioned like a catalog base
+        source = python_source(cat, sel, os_name, py, req.python_source).source
+    elif python is None:
         warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
     if sel is not None:
         _torch_warnings(sel, variant, warnings)
@@ -165,9 +180,9 @@ def _resolve_custom(
     return ResolvedImage(
         flavor=flavor,
         base_image=base,
-        os=None,
+        os=os_name,
         python=py,
-        python_source="image",
+        python_source=source,
         **pins.fields(),
         cuda=cuda_text,
         cudnn=cudnn,
@@ -285,6 +300,7 @@ def _resolve_cuda(
     cudnn: str | None,
     python: str | None,
     os_name: str | None,
+    requested_source: str | None = None,
 ) -> ResolvedImage:
     warnings: list[str] = []
     variant: Variant | None = None
@@ -300,9 +316,12 @@ def _resolve_cuda(
     tag = f"{image.cuda}-{image.flavor_tag(kind, with_cudnn)}-{os_name}"
     base_image = f"{cat.cuda_image}:{tag}"
 
-    distro = cat.os[os_name].python
-    py = python or _default_python(cat, sel, distro)
+    if requested_source == "image":
+        raise CatalogError("image.python_source: nvidia/cuda images bring no Python; got image")
+    py = python or _default_python(cat, sel, cat.os[os_name].python)
     _check_python(sel, py, warnings)
+    oses = image.oses(with_cudnn)
+    source = python_source(cat, sel, os_name, py, requested_source, oses).source
 
     if image.confidence == "low":
         warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
@@ -326,7 +345,7 @@ def _resolve_cuda(
         base_image=base_image,
         os=os_name,
         python=py,
-        python_source="distro" if py == distro else "deadsnakes",
+        python_source=source,
         **pins.fields(),
         cuda=image.cuda,
         cudnn=cudnn,

@@ -44,6 +44,9 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # 2. Python 3.10 (distro) in a venv at a fixed path (no PEP 668 trouble)
 RUN python3 -m venv /opt/venv
 
+# pip older than 23.2 is upgraded first: pip 23.0/23.1 cannot install from the PyTorch index (typing-extensions metadata name)
+RUN --mount=type=cache,target=/root/.cache/pip \
+    if python -c 'import importlib.metadata as m, sys; v = tuple(int(p) for p in m.version("pip").split(".")[:2] if p.isdigit()); sys.exit(0 if v >= (23, 2) else 1)'; then echo "pip $(python -m pip --version | cut -d ' ' -f 2) is new enough"; else python -m pip install --upgrade 'pip>=23.2'; fi
 # 3. PyTorch 2.5.1+cu124
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124

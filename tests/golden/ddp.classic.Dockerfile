@@ -42,6 +42,8 @@ RUN apt-get update \
 # 2. Python 3.10 (distro) in a venv at a fixed path (no PEP 668 trouble)
 RUN python3 -m venv /opt/venv
 
+# pip older than 23.2 is upgraded first: pip 23.0/23.1 cannot install from the PyTorch index (typing-extensions metadata name)
+RUN if python -c 'import importlib.metadata as m, sys; v = tuple(int(p) for p in m.version("pip").split(".")[:2] if p.isdigit()); sys.exit(0 if v >= (23, 2) else 1)'; then echo "pip $(python -m pip --version | cut -d ' ' -f 2) is new enough"; else python -m pip install --no-cache-dir --upgrade 'pip>=23.2'; fi
 # 3. PyTorch 2.5.1+cu124
 RUN pip install --no-cache-dir torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124
 # Pin torch* to what is installed so requirements cannot swap in another CUDA build.

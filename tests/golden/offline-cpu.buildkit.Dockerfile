@@ -31,6 +31,7 @@ LABEL org.opencontainers.image.title="example-offline-cpu" \
 # 2. Python 3.11 (image) in a venv at a fixed path (no PEP 668 trouble)
 RUN python3 -m venv /opt/venv
 
+# pip is not upgraded: pip.no_index and no pip>=23.2 wheel in the wheelhouse (old pip fails only on the PyTorch index, which is not used)
 # 3. PyTorch 2.13.0+cpu
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=wheels,target=/opt/gpulaunch/find-links/0 \

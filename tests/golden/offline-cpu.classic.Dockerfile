@@ -33,6 +33,7 @@ RUN python3 -m venv /opt/venv
 
 # Wheelhouse folders (air-gapped installs)
 COPY ["wheels", "/opt/gpulaunch/find-links/0"]
+# pip is not upgraded: pip.no_index and no pip>=23.2 wheel in the wheelhouse (old pip fails only on the PyTorch index, which is not used)
 # 3. PyTorch 2.13.0+cpu
 RUN pip install --no-cache-dir torch==2.13.0 --no-index --find-links /opt/gpulaunch/find-links/0
 # Pin torch* to what is installed so requirements cannot swap in another CUDA build.

@@ -146,10 +146,16 @@ def test_os_fallback_and_distro_python() -> None:
 
 
 def test_default_python_when_distro_python_out_of_range() -> None:
-    res = _resolve(torch="2.9.1", os="ubuntu20.04")
-    assert (res.python, res.python_source) == ("3.12", "deadsnakes")
+    res = _resolve(torch="2.9.1", os="ubuntu22.04", cuda="12.8")
+    assert (res.python, res.python_source) == ("3.10", "distro")
+    res = _resolve(torch="2.9.1", os="ubuntu24.04", cuda="12.8", python="3.11")
+    assert (res.python, res.python_source) == ("3.11", "deadsnakes")
     res = _resolve(torch="2.0.1", os="ubuntu20.04")
     assert (res.python, res.python_source) == ("3.8", "distro")
+    # focal's distro Python 3.8 is too old for 2.9.1, and deadsnakes deleted focal (EOL):
+    # refused, naming what can install (tests/catalog/test_python_sources.py has the table)
+    with pytest.raises(CatalogError, match=r"deadsnakes removed ubuntu20\.04 after its end"):
+        _resolve(torch="2.9.1", os="ubuntu20.04")
 
 
 def test_default_variant_falls_back_when_os_lacks_it() -> None:

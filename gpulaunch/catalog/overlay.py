@@ -1,0 +1,283 @@
+"""User overlay catalogs: YAML files merged over the packaged gpulaunch/data/catalog.yaml.
+
+Where: `$XDG_CONFIG_HOME/gpulaunch/catalog.d/*.yaml` (default `~/.config`), in name order,
+then each entry of `$GPULAUNCH_CATALOG_PATH` (files or folders, `os.pathsep`-separated); a
+later file wins. `gpulaunch catalog update` writes `catalog.d/pypi.yaml`.
+
+An overlay has the packaged file's shape, partially: rows of `torch.releases` (merged by
+`minor`; inside it `patches` by `torch` and `variants` by `variant`), `cuda_images.versions` (by
+`cuda`), `drivers.toolkit` (by `cuda`) and `ngc.releases` (by `tag`). Each merged row is tagged
+with `origin: <file>`, so `versions` can say where it came from; the merged whole then goes
+through the packaged catalog's full validation (gpulaunch.image.catalog_data).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Callable
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpulaunch.errors import CatalogError, ConfigError
+
+PATH_ENV = "GPULAUNCH_CATALOG_PATH"
+OVERLAY_VERSION = "1"
+ORIGIN = "origin"  # the key merged rows carry (set here; an overlay may not write it)
+_TOP_KEYS = ("overlay_version", "research_date", "sources", "note", "torch", "cuda_images",
+             "drivers", "ngc")  # fmt: skip
+# (section, list key, row key): the keyed lists an overlay may add to or change
+_LISTS = (
+    ("cuda_images", "versions", "cuda"),
+    ("drivers", "toolkit", "cuda"),
+    ("ngc", "releases", "tag"),
+)
+_DATE_RE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
+
+
+class Overlay(NamedTuple):
+    path: Path
+    data: dict[str, Any]
+    research_date: date
+
+
+def config_home() -> Path:
+    """$XDG_CONFIG_HOME, else ~/.config (the XDG default)."""
+    value = os.environ.get("XDG_CONFIG_HOME", "")
+    return Path(value) if os.path.isabs(value) else Path.home() / ".config"
+
+
+def cache_home() -> Path:
+    """$XDG_CACHE_HOME, else ~/.cache."""
+    value = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(value) if os.path.isabs(value) else Path.home() / ".cache"
+
+
+def overlay_dir() -> Path:
+    return config_home() / "gpulaunch" / "catalog.d"
+
+
+def overlay_paths() -> list[Path]:
+    """Every overlay file, in merge order (the last one wins)."""
+    found = sorted(p for p in _yaml_in(overlay_dir()))
+    for entry in os.environ.get(PATH_ENV, "").split(os.pathsep):
+        if not entry.strip():
+            continue
+        path = Path(entry).expanduser()
+        if path.is_dir():
+            found.extend(sorted(_yaml_in(path)))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConfigError(f"{PATH_ENV}: {entry}: no such file or folder")
+    return found
+
+
+def _yaml_in(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as err:
+        raise ConfigError(f"{folder}: cannot read: {err.strerror}") from None
+
+
+def fingerprint(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    """What identifies the overlays' contents cheaply (path, mtime, size): the cache key."""
+    out = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            out.append((str(path), -1, -1))
+        else:
+            out.append((str(path), info.st_mtime_ns, info.st_size))
+    return tuple(out)
+
+
+def packaged_raw() -> Any:
+    """gpulaunch/data/catalog.yaml as plain data (unvalidated)."""
+    from gpulaunch.yamlio import parse_yaml_text
+
+    text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
+    try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
+        return parse_yaml_text(text, "gpulaunch/data/catalog.yaml")
+    except ConfigError as err:
+        raise CatalogError(f"catalog: {err.message}") from None
+
+
+def parse_date(value: object) -> date | None:
+    """ "2026-09" (the first of the month) or "2026-12-03"; None when it is neither."""
+    if not isinstance(value, str):
+        return None
+    m = _DATE_RE.match(value)
+    if not m:
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+    except ValueError:
+        return None
+
+
+def read_overlay(path: Path) -> Overlay:
+    """Read one overlay file and check its top level (the rows are checked after merging)."""
+    from gpulaunch.yamlio import read_yaml_file
+
+    data = read_yaml_file(path)
+    where = f"catalog overlay {path}"
+    if not isinstance(data, dict):
+        raise CatalogError(f"{where}: expected a mapping")
+    extra = sorted(set(data) - set(_TOP_KEYS))
+    if extra:
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(map(str, extra))}")
+    if data.get("overlay_version") != OVERLAY_VERSION:
+        raise CatalogError(f'{where}: overlay_version: must be "{OVERLAY_VERSION}"')
+    when = parse_date(data.get("research_date"))
+    if when is None:
+        raise CatalogError(f'{where}: research_date: expected "YYYY-MM-DD" or "YYYY-MM"')
+    return Overlay(path, data, when)
+
+
+def merge(base: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
+    """A copy of `base` with the overlay's rows merged in and tagged with their origin."""
+    out = copy.deepcopy(base)
+    where = f"catalog overlay {overlay.path}"
+    origin = str(overlay.path)
+    torch = overlay.data.get("torch")
+    if torch is not None:
+        releases = _list(_mapping(torch, f"{where}: torch"), "releases", f"{where}: torch")
+        target = _mapping(out.get("torch"), "catalog: torch")
+        target["releases"] = _merge_releases(target.get("releases"), releases, where, origin)
+    for section, key, row_key in _LISTS:
+        value = overlay.data.get(section)
+        if value is None:
+            continue
+        rows = _list(_mapping(value, f"{where}: {section}"), key, f"{where}: {section}")
+        target = _mapping(out.get(section), f"catalog: {section}")
+        target[key] = _merge_rows(target.get(key), rows, row_key, f"{where}: {section}.{key}",
+                                  lambda row: _tag(row, origin))  # fmt: skip
+    return out
+
+
+def _mapping(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CatalogError(f"{where}: expected a mapping")
+    return value
+
+
+def _list(node: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = node.get(key)
+    if not isinstance(value, list):
+        raise CatalogError(f"{where}.{key}: expected a list")
+    extra = sorted(set(node) - {key, "note"})
+    if extra:
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(map(str, extra))}")
+    return value
+
+
+def _tag(row: dict[str, Any], origin: str) -> dict[str, Any]:
+    tagged = copy.deepcopy(row)
+    tagged[ORIGIN] = origin
+    return tagged
+
+
+def _merge_rows(
+    base: object,
+    rows: list[Any],
+    key: str,
+    where: str,
+    tag: Callable[[dict[str, Any]], dict[str, Any]],
+) -> list[Any]:
+    """Rows replace the base row with the same `key` value, or are added; order: by version
+    where the key is one, else appended."""
+    merged: list[Any] = list(base) if isinstance(base, list) else []
+    for i, row in enumerate(rows):
+        row = _mapping(row, f"{where}[{i}]")
+        if ORIGIN in row:
+            raise CatalogError(f"{where}[{i}]: {ORIGIN!r} is set by gpulaunch, not in a file")
+        if not isinstance(row.get(key), str):
+            raise CatalogError(f"{where}[{i}].{key}: missing (a quoted string)")
+        index = _find(merged, key, row[key])
+        if index is None:
+            merged.append(tag(row))
+        else:
+            merged[index] = tag(row)
+    return _sorted(merged, key)
+
+
+def _find(rows: list[Any], key: str, value: str) -> int | None:
+    return next(
+        (n for n, old in enumerate(rows) if isinstance(old, dict) and old.get(key) == value), None
+    )
+
+
+def _sorted(rows: list[Any], key: str) -> list[Any]:
+    def order(row: Any) -> tuple[int, ...]:
+        value = row.get(key) if isinstance(row, dict) else None
+        if isinstance(value, str) and re.match(r"^\d+(\.\d+)*$", value):
+            return tuple(int(p) for p in value.split("."))
+        return (1 << 30,)
+
+    return sorted(rows, key=order)
+
+
+def _merge_releases(base: object, rows: list[Any], where: str, origin: str) -> list[Any]:
+    """torch.releases by `minor`: a new minor is a whole row; for a known one, its `patches`
+    and `variants` merge by key and any other field (python, pypi_default, glibc, confidence)
+    replaces the packaged one."""
+    merged: list[Any] = list(base) if isinstance(base, list) else []
+    for i, row in enumerate(rows):
+        at = f"{where}: torch.releases[{i}]"
+        row = _mapping(row, at)
+        if ORIGIN in row:
+            raise CatalogError(f"{at}: {ORIGIN!r} is set by gpulaunch, not in a file")
+        minor = row.get("minor")
+        if not isinstance(minor, str):
+            raise CatalogError(f"{at}.minor: missing (a quoted string)")
+        index = _find(merged, "minor", minor)
+        if index is None:
+            merged.append(_tag_release(row, origin))
+            continue
+        old = copy.deepcopy(merged[index])
+        for field, value in row.items():
+            if field in ("patches", "variants"):
+                if not isinstance(value, list):
+                    raise CatalogError(f"{at}.{field}: expected a list")
+                key = "torch" if field == "patches" else "variant"
+                old[field] = _merge_rows(old.get(field), value, key, f"{at}.{field}",
+                                         lambda r: _tag(r, origin))  # fmt: skip
+            elif field != "minor":
+                old[field] = copy.deepcopy(value)
+                old[ORIGIN] = origin  # the release's own facts now come from the overlay
+        merged[index] = old
+    return _sorted(merged, "minor")
+
+
+def _tag_release(row: dict[str, Any], origin: str) -> dict[str, Any]:
+    tagged = _tag(row, origin)
+    for field in ("patches", "variants"):
+        if isinstance(tagged.get(field), list):
+            tagged[field] = [
+                _tag(item, origin) if isinstance(item, dict) else item for item in tagged[field]
+            ]
+    return tagged
+
+
+def newest_overlay_date(overlays: list[Overlay]) -> date | None:
+    return max((o.research_date for o in overlays), default=None)
+
+
+def write_user_file(target: Path, text: str) -> None:
+    """Write a file in the user's config or cache folder (gpulaunch's own file there: replaced
+    when it exists), creating missing folders without following links."""
+    from gpulaunch.fsio import make_dirs, write_file
+
+    anchor = target.parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if anchor != target.parent:
+        make_dirs(target.parent, root=anchor)
+    write_file(target, text, root=target.parent, force=True)

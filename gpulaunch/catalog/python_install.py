@@ -1,0 +1,236 @@
+"""How Python gets into an image (gpulaunch/data/python_install.yaml): which source installs
+which Python on which OS until when (distro, the deadsnakes PPA, a standalone CPython, the
+image's own), the choice among them with the nearest working alternative when none can, and
+the pip floor a venv is upgraded to before torch is installed."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpulaunch.errors import CatalogError, ConfigError
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_PIP_WHEEL_RE = re.compile(r"^pip-(\d+(?:\.\d+)*)-py3-none-any\.whl$")
+DATA = "gpulaunch/data/python_install.yaml"
+
+
+def _vt(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+class PipFloor(NamedTuple):
+    min: str  # major.minor
+    why: str
+
+    def check_script(self) -> str:
+        """Python one-liner: exit 0 when the running pip is at least `min`."""
+        floor = ", ".join(self.min.split(".")[:2])
+        return (
+            "import importlib.metadata as m, sys; "
+            'v = tuple(int(p) for p in m.version("pip").split(".")[:2] if p.isdigit()); '
+            f"sys.exit(0 if v >= ({floor}) else 1)"
+        )
+
+
+def _bad(where: str, why: str) -> CatalogError:
+    return CatalogError(f"{DATA}: {where}: {why}")
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    text = resources.files("gpulaunch").joinpath("data", "python_install.yaml").read_text("utf-8")
+    try:
+        raw = parse_yaml_text(text, DATA)
+    except ConfigError as err:
+        raise CatalogError(err.message) from None
+    if not isinstance(raw, dict):
+        raise _bad("top level", "expected a mapping")
+    return raw
+
+
+def pip_floor() -> PipFloor:
+    pip = _data().get("pip")
+    if not isinstance(pip, dict):
+        raise _bad("pip", "expected a mapping")
+    floor, why = pip.get("min"), pip.get("why")
+    if not isinstance(floor, str) or not _VERSION_RE.match(floor):
+        raise _bad("pip.min", "expected a quoted version")
+    if not isinstance(why, str):
+        raise _bad("pip.why", "expected a quoted string")
+    return PipFloor(floor, why)
+
+
+def wheelhouse_pip(folders: list[Path], floor: str) -> str | None:
+    """The newest pip wheel at least `floor` in the wheelhouse folders, if any."""
+    found = []
+    for folder in folders:
+        try:
+            names = [p.name for p in folder.iterdir()]
+        except OSError:
+            continue
+        for name in names:
+            m = _PIP_WHEEL_RE.match(name)
+            if m and _vt(m.group(1)) >= _vt(floor):
+                found.append(m.group(1))
+    return max(found, key=_vt) if found else None
+
+
+# ---------------------------------------------------------------------------
+# Python sources
+# ---------------------------------------------------------------------------
+
+SOURCES = ("distro", "deadsnakes", "standalone", "image")
+_DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+
+
+class Deadsnakes(NamedTuple):
+    os: str
+    pythons: tuple[str, ...]
+    until: date
+
+
+class Standalone(NamedTuple):
+    pythons: tuple[str, ...]
+    glibc: str
+    uv_image: str
+
+
+def _texts(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and _VERSION_RE.match(v) for v in value
+    ):
+        raise _bad(where, "expected a list of quoted versions")
+    return tuple(value)
+
+
+def _sources() -> dict[str, Any]:
+    sources = _data().get("sources")
+    if not isinstance(sources, dict):
+        raise _bad("sources", "expected a mapping")
+    return sources
+
+
+@functools.cache
+def deadsnakes() -> dict[str, Deadsnakes]:
+    rows = _sources().get("deadsnakes")
+    if not isinstance(rows, dict):
+        raise _bad("sources.deadsnakes", "expected a mapping")
+    out = {}
+    for os_name, row in rows.items():
+        where = f"sources.deadsnakes.{os_name}"
+        if not isinstance(row, dict):
+            raise _bad(where, "expected a mapping")
+        m = _DATE_RE.match(str(row.get("until", "")))
+        if not m:
+            raise _bad(f"{where}.until", 'expected "YYYY-MM-DD"')
+        until = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        out[str(os_name)] = Deadsnakes(str(os_name), _texts(row.get("pythons"), where), until)
+    return out
+
+
+@functools.cache
+def standalone() -> Standalone:
+    row = _sources().get("standalone")
+    if not isinstance(row, dict) or not isinstance(row.get("uv_image"), str):
+        raise _bad("sources.standalone", "expected a mapping with uv_image")
+    glibc = row.get("glibc")
+    if not isinstance(glibc, str) or not _VERSION_RE.match(glibc):
+        raise _bad("sources.standalone.glibc", "expected a quoted version")
+    return Standalone(_texts(row.get("pythons"), "sources.standalone"), glibc, row["uv_image"])
+
+
+def deadsnakes_gap(os_name: str, python: str, on: date) -> str | None:
+    """Why deadsnakes cannot install `python` on `os_name` on that date (None: it can)."""
+    row = deadsnakes().get(os_name)
+    if row is None:
+        return f"deadsnakes has no {os_name} series"
+    if on > row.until:
+        return f"deadsnakes removed {os_name} after its end of life ({row.until.isoformat()})"
+    if python not in row.pythons:
+        return f"deadsnakes has no Python {python} for {os_name}"
+    return None
+
+
+class Choice(NamedTuple):
+    """Where the venv's Python comes from, and how sure that is."""
+
+    source: str
+    note: str = ""
+
+
+def choose_source(
+    *,
+    os_name: str,
+    python: str,
+    distro: str,
+    glibc: str,
+    requested: str | None,
+    on: date,
+    python_ok: Callable[[str], bool],
+    other_oses: Mapping[str, str] = {},
+) -> Choice:
+    """The source for Python `python` on `os_name` (whose own Python is `distro`), or a
+    CatalogError naming the nearest choices that can install. `other_oses` (OS -> its Python)
+    are the OSes the same image exists for; `python_ok` says whether torch takes a Python."""
+    if requested == "image":
+        return Choice("image")
+    if requested in (None, "distro") and python == distro:
+        return Choice("distro")
+    if requested == "distro":
+        raise CatalogError(
+            f"image.python_source: distro gives Python {distro} on {os_name}; got python {python}"
+        )
+    if requested == "standalone":
+        return _standalone(python, glibc, os_name)
+    gap = deadsnakes_gap(os_name, python, on)
+    if gap is None:
+        return Choice("deadsnakes")
+    raise CatalogError(
+        f"image.python: Python {python} cannot be installed on {os_name}: {gap}; "
+        + _alternatives(os_name, python, distro, on, python_ok, other_oses)
+    )
+
+
+def _standalone(python: str, glibc: str, os_name: str) -> Choice:
+    row = standalone()
+    if python not in row.pythons:
+        raise CatalogError(
+            f"image.python_source: standalone CPython builds exist for Python "
+            f"{row.pythons[0]}\u2013{row.pythons[-1]}; got {python}"
+        )
+    if _vt(glibc) < _vt(row.glibc):
+        raise CatalogError(
+            f"image.python_source: standalone CPython needs glibc >= {row.glibc}; "
+            f"{os_name} has {glibc}"
+        )
+    return Choice("standalone", "downloads CPython (python-build-standalone) at build time")
+
+
+def _alternatives(
+    os_name: str,
+    python: str,
+    distro: str,
+    on: date,
+    python_ok: Callable[[str], bool],
+    other_oses: Mapping[str, str],
+) -> str:
+    options = []
+    if python in standalone().pythons:
+        options.append(f"image.python_source: standalone (Python {python}, no PPA)")
+    if python_ok(distro):
+        options.append(f"python {distro} ({os_name}'s own)")
+    for other, other_distro in other_oses.items():
+        if other == os_name:
+            continue
+        if other_distro == python or deadsnakes_gap(other, python, on) is None:
+            options.append(f"os {other}")
+            break
+    return "use " + " or ".join(options) if options else "no source can install it"

@@ -1,0 +1,443 @@
+"""`gpulaunch catalog update`: what PyPI (and, where reachable, the PyTorch wheel index and
+Docker Hub) knows that the packaged catalog does not, written as an overlay file.
+
+Confidence of what it writes:
+- a torch patch is on PyPI (a fact); its torchvision / torchaudio are `high` when their
+  metadata pins `torch==` it exactly, else paired by the version convention (`medium`);
+- a new torch minor's Python range and glibc come from its wheels (`requires_python`, cp3XX
+  and manylinux tags); its CUDA builds are confirmed only on the PyTorch index (`medium`: their
+  arch lists are carried over from the previous minor). Where that index is not reached, the
+  build PyPI's own wheel pins (cuda-toolkit==X.Y.Z) is `medium` and the builds carried over
+  from the previous minor are `low` (never picked by a default).
+What could not be reached is listed in the report and in the overlay's `sources`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.catalog import overlay, pypi_facts
+from gpulaunch.catalog.pypi_facts import ReleaseFacts, vt
+from gpulaunch.errors import CatalogError
+from gpulaunch.outside import pypi
+
+INDEX_ENV = "GPULAUNCH_TORCH_INDEX_URL"  # PyTorch's wheel index (a mirror, a test server)
+HUB_ENV = "GPULAUNCH_DOCKER_HUB_URL"
+DEFAULT_INDEX = "https://download.pytorch.org/whl"
+DEFAULT_HUB = "https://hub.docker.com"
+PROBE_TIMEOUT_S = 10.0
+OVERLAY_NAME = "pypi.yaml"
+
+
+class Sources:
+    """The outside reads of one update, each through `gpulaunch.outside.pypi` with a timeout;
+    records what was reached and what was not (a source that failed once is not retried)."""
+
+    def __init__(self, *, base_url: str | None = None, timeout: float = pypi.TIMEOUT_S) -> None:
+        self.base_url = (base_url or pypi.pypi_url()).rstrip("/")
+        self.index_url = (os.environ.get(INDEX_ENV) or DEFAULT_INDEX).rstrip("/")
+        self.hub_url = (os.environ.get(HUB_ENV) or DEFAULT_HUB).rstrip("/")
+        self.timeout = timeout
+        self.reached: list[str] = []
+        self.unreachable: list[str] = []
+        self._down: set[str] = set()
+
+    def _get(self, url: str, kind: str, timeout: float) -> dict[str, Any] | str | None:
+        if kind in self._down:
+            return None
+        try:
+            data: dict[str, Any] | str = (
+                pypi.fetch_json(url, timeout=timeout)
+                if kind != "index"
+                else pypi.fetch_text(url, timeout=timeout)
+            )
+        except pypi.Unreachable as err:
+            if kind != "pypi-release":  # a missing per-release page is not an outage
+                self._down.add(kind)
+            self.unreachable.append(err.message)
+            return None
+        self.reached.append(url)
+        return data
+
+    def project(self, name: str) -> dict[str, Any] | None:
+        data = self._get(f"{self.base_url}/{name}/json", f"pypi-{name}", self.timeout)
+        return data if isinstance(data, dict) else None
+
+    def requires_dist(self, name: str, version: str) -> list[str] | None:
+        data = self._get(f"{self.base_url}/{name}/{version}/json", "pypi-release", self.timeout)
+        if not isinstance(data, dict) or not isinstance(data.get("info"), dict):
+            return None
+        return pypi_facts.requires_dist(data["info"])
+
+    def index_page(self, variant: str) -> str | None:
+        data = self._get(f"{self.index_url}/{variant}/torch/", "index", PROBE_TIMEOUT_S)
+        return data if isinstance(data, str) else None
+
+    def hub_tags(self, cuda_xy: str) -> list[str] | None:
+        url = f"{self.hub_url}/v2/repositories/nvidia/cuda/tags?page_size=100&name={cuda_xy}."
+        data = self._get(url, "hub", PROBE_TIMEOUT_S)
+        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+            return None
+        return [str(r.get("name")) for r in data["results"] if isinstance(r, dict)]
+
+
+@dataclass
+class UpdateReport:
+    overlay: dict[str, Any]
+    added: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+    path: Path | None = None
+
+    @property
+    def unreachable(self) -> list[str]:
+        return list(self.overlay.get("sources", {}).get("not_reached", []))
+
+
+class _Project:
+    """One PyPI project: its final releases and the exact torch pin of each (where read)."""
+
+    def __init__(self, name: str, data: dict[str, Any] | None, sources: Sources) -> None:
+        self.name = name
+        self.releases = pypi_facts.releases(data) if data else {}
+        self.latest, self.latest_dist = pypi_facts.latest(data) if data else (None, [])
+        self.sources = sources
+
+    def dist(self, version: str) -> list[str] | None:
+        if version == self.latest:
+            return self.latest_dist
+        return self.sources.requires_dist(self.name, version)
+
+
+def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> UpdateReport:
+    """The overlay for what PyPI has and `packaged` (the raw catalog) lacks."""
+    torch_data = sources.project("torch")
+    if torch_data is None:
+        raise pypi.Unreachable(
+            "catalog update: PyPI did not answer: " + "; ".join(sources.unreachable[-1:])
+        )
+    torch = _Project("torch", torch_data, sources)
+    vision = _Project("torchvision", sources.project("torchvision"), sources)
+    audio = _Project("torchaudio", sources.project("torchaudio"), sources)
+    report = UpdateReport(overlay={})
+    releases = _raw_releases(packaged)
+    known = {p["torch"] for rel in releases for p in rel.get("patches", [])}
+    oldest = min((vt(r["minor"]) for r in releases), default=(0,))
+    rows: dict[str, dict[str, Any]] = {}
+    for version in sorted(torch.releases, key=vt):
+        facts = torch.releases[version]
+        minor = ".".join(version.split(".")[:2])
+        if version in known or vt(minor) < oldest or not facts.pythons:
+            continue
+        patch = _patch_row(facts, vision, audio, report)
+        existing = next((r for r in releases if r["minor"] == minor), None)
+        if existing is None and minor not in rows:
+            newest = releases[-1] if releases else None
+            if newest is None or vt(minor) < vt(newest["minor"]):
+                continue  # an old minor the catalog never had: not added
+            rows[minor] = _new_minor(minor, facts, torch, newest, sources, report)
+        row = rows.setdefault(minor, {"minor": minor, "patches": []})
+        row["patches"].append(patch)
+        report.added.append(f"torch {version}: {_patch_text(patch)}")
+    cudas = sorted({str(v["cuda"]) for r in rows.values() for v in r.get("variants", [])}, key=vt)
+    images = _images(packaged, cudas, sources, report)
+    report.overlay = _document(list(rows.values()), images, sources, today)
+    return report
+
+
+_TAG_RE = re.compile(r"^(\d+\.\d+\.\d+)-(?:(cudnn\d*)-)?runtime-(ubuntu\d\d\.\d\d)$")
+
+
+def _images(
+    packaged: dict[str, Any], cudas: list[str], sources: Sources, report: UpdateReport
+) -> list[dict[str, Any]]:
+    """nvidia/cuda rows for the CUDA x.y of new builds, from Docker Hub's tag list where it is
+    reached: unconfirmed catalog rows seen there become `high`, new patch releases are added.
+    Not reached: the catalog's rows stay as they are, and the report says so."""
+    known = [r for r in packaged.get("cuda_images", {}).get("versions", []) if isinstance(r, dict)]
+    oses = set(packaged.get("os", {}))
+    out: list[dict[str, Any]] = []
+    for xy in cudas:
+        same = [r for r in known if ".".join(str(r.get("cuda")).split(".")[:2]) == xy]
+        tags = sources.hub_tags(xy)
+        if tags is None:
+            if not same or any(r.get("confidence", "high") != "high" for r in same):
+                report.unconfirmed.append(f"nvidia/cuda {xy}.x tags: Docker Hub not reached")
+            continue
+        seen: dict[str, dict[str, set[str]]] = {}
+        for tag in tags:
+            m = _TAG_RE.match(tag)
+            if m and m.group(3) in oses:
+                flavors = seen.setdefault(m.group(1), {"": set(), "cudnn": set()})
+                flavors["cudnn" if m.group(2) else ""].add(m.group(3))
+        template = same[-1] if same else None
+        for cuda, flavors in sorted(seen.items(), key=lambda kv: vt(kv[0])):
+            row = next((r for r in same if r.get("cuda") == cuda), None)
+            if row is not None:
+                if row.get("confidence", "high") != "high" and _all_seen(row, flavors):
+                    confirmed = {k: v for k, v in row.items() if k not in ("origin", "note")}
+                    confirmed["confidence"] = "high"
+                    confirmed["note"] = f"tags seen on Docker Hub ({sources.hub_url})"
+                    out.append(confirmed)
+                    report.added.append(f"nvidia/cuda {cuda}: confirmed on Docker Hub")
+                continue  # a row not fully seen (a page may be partial) stays as it is
+            if not flavors[""] or template is None:
+                continue
+            base = copy.deepcopy(template)
+            base.pop("origin", None)
+            new = {**base, "cuda": cuda, "os": sorted(flavors[""], key=_os_key)}
+            cudnn = new.get("cudnn")
+            if isinstance(cudnn, dict):
+                cudnn_os = sorted(flavors["cudnn"], key=_os_key)
+                if not cudnn_os:
+                    new["cudnn"] = None
+                elif cudnn_os != new["os"]:
+                    new["cudnn"] = {**cudnn, "os": cudnn_os}
+                else:
+                    new["cudnn"] = {k: v for k, v in cudnn.items() if k != "os"}
+            new["confidence"] = "high"
+            new["note"] = f"runtime tags seen on Docker Hub ({sources.hub_url})"
+            out.append(new)
+            report.added.append(f"nvidia/cuda {cuda}: {', '.join(new['os'])} (Docker Hub)")
+    return out
+
+
+def _all_seen(row: dict[str, Any], flavors: dict[str, set[str]]) -> bool:
+    oses = [str(o) for o in row.get("os", [])]
+    cudnn = row.get("cudnn")
+    cudnn_os = [str(o) for o in cudnn.get("os", oses)] if isinstance(cudnn, dict) else []
+    return set(oses) <= flavors[""] and set(cudnn_os) <= flavors["cudnn"]
+
+
+def _os_key(name: str) -> tuple[int, ...]:
+    return vt(name.removeprefix("ubuntu"))
+
+
+def _raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        releases = packaged["torch"]["releases"]
+    except (KeyError, TypeError):
+        raise CatalogError("catalog: torch.releases: missing") from None
+    return sorted(
+        (r for r in releases if isinstance(r, dict) and isinstance(r.get("minor"), str)),
+        key=lambda r: vt(r["minor"]),
+    )
+
+
+def _companion(project: _Project, torch_version: str, guess: str | None) -> tuple[str | None, str]:
+    """(version, how) of the torchvision/torchaudio release for a torch version: an exact
+    `torch==` pin ("pinned"), else the conventional version when it exists ("convention"),
+    else none ("none")."""
+    for version in sorted(project.releases, key=vt, reverse=True):
+        dist = project.dist(version) if version in (guess, project.latest) else None
+        if dist and pypi_facts.torch_pin(dist) == torch_version:
+            return version, "pinned"
+    if guess and guess in project.releases:
+        return guess, "convention"
+    return None, "none"
+
+
+def _patch_row(
+    facts: ReleaseFacts, vision: _Project, audio: _Project, report: UpdateReport
+) -> dict[str, Any]:
+    major, minor, micro = vt(facts.version)
+    guess = f"0.{minor + 15}.{micro}" if major == 2 else None  # torch 2.14.1 <-> 0.29.1
+    tv, tv_how = _companion(vision, facts.version, guess)
+    ta, ta_how = _companion(audio, facts.version, facts.version)
+    hows = {h for v, h in ((tv, tv_how), (ta, ta_how)) if v is not None}
+    notes = [f"PyPI {facts.date or 'release'}"]
+    if tv is None:
+        notes.append("no torchvision release for it on PyPI")
+    for name, version, how in (("torchvision", tv, tv_how), ("torchaudio", ta, ta_how)):
+        if how == "convention":
+            notes.append(f"{name} {version} paired by the version convention (no exact pin read)")
+            report.unconfirmed.append(
+                f"torch {facts.version} + {name} {version}: by the version convention"
+            )
+    return {
+        "torch": facts.version,
+        "torchvision": tv,
+        "torchaudio": ta,
+        "confidence": "medium" if "convention" in hows else "high",
+        "note": "; ".join(notes),
+    }
+
+
+def _patch_text(row: dict[str, Any]) -> str:
+    parts = [f"{k} {row[k]}" for k in ("torchvision", "torchaudio") if row.get(k)]
+    return (", ".join(parts) or "no torchvision/torchaudio") + f" ({row['confidence']})"
+
+
+def _new_minor(
+    minor: str,
+    facts: ReleaseFacts,
+    torch: _Project,
+    previous: dict[str, Any],
+    sources: Sources,
+    report: UpdateReport,
+) -> dict[str, Any]:
+    """A torch minor the catalog does not know: its facts from the wheels and pins, its CUDA
+    builds from the PyTorch index where reachable, else carried over and marked."""
+    dist = torch.dist(facts.version)
+    wheel = pypi_facts.wheel_cuda(pypi_facts.exact_pins(dist or []))
+    default_cuda = wheel.cuda if wheel else previous.get("pypi_default")
+    variants = _variants(minor, facts.version, wheel, previous, sources, report)
+    pythons = f"{facts.python_min}\u2013{facts.python_max}"
+    report.added.append(
+        f"torch {minor}: Python {pythons} (requires_python {facts.requires_python or '?'}), "
+        f"glibc {facts.glibc}, PyPI wheel CUDA {default_cuda}; builds "
+        + ", ".join(f"{v['variant']} ({v['confidence']})" for v in variants)
+    )
+    return {
+        "minor": minor,
+        "python": {"min": facts.python_min, "max": facts.python_max},
+        "pypi_default": default_cuda,
+        "glibc": facts.glibc or previous.get("glibc"),
+        "confidence": "medium" if wheel else "low",
+        "note": (
+            f"from PyPI (torch {facts.version}: requires_python, wheel tags"
+            + (", exact pins)" if wheel else "; its pins were not read)")
+        ),
+        "patches": [],
+        "variants": variants,
+    }
+
+
+def _variants(
+    minor: str,
+    version: str,
+    wheel: pypi_facts.WheelCuda | None,
+    previous: dict[str, Any],
+    sources: Sources,
+    report: UpdateReport,
+) -> list[dict[str, Any]]:
+    carried = [copy.deepcopy(v) for v in previous.get("variants", []) if isinstance(v, dict)]
+    by_name = {str(v.get("variant")): v for v in carried}
+    built = "cu" + wheel.cuda.replace(".", "") if wheel else None
+    if wheel is not None and built is not None:
+        base = by_name.get(built) or (carried[-1] if carried else {"archs": []})
+        row = {**copy.deepcopy(base), "variant": built, "cuda": wheel.cuda, "status": "stable"}
+        if wheel.cudnn:
+            row["cudnn"] = wheel.cudnn
+        by_name[built] = row
+    out = []
+    for name, row in sorted(by_name.items(), key=lambda kv: vt(str(kv[1]["cuda"]))):
+        row.pop("note", None)
+        row.pop("origin", None)
+        page = sources.index_page(name)
+        pypi_built = name == built
+        if page is not None:
+            if re.search(rf"torch-{re.escape(version)}(\+|%2B){name}-", page) is None:
+                report.unconfirmed.append(f"torch {minor}: no {name} build on the PyTorch index")
+                continue
+            row["confidence"] = "medium"  # the build exists; its archs are carried over
+            row["note"] = f"on the PyTorch index; archs from torch {previous['minor']}"
+        elif pypi_built:
+            row["confidence"] = "medium"
+            row["note"] = (
+                f"PyPI's wheel pins cuda-toolkit {wheel.cuda if wheel else ''}; "
+                "PyTorch index not reached; archs carried from the previous minor"
+            )
+        else:
+            row["confidence"] = "low"
+            row["note"] = f"carried from torch {previous['minor']}; unconfirmed (index not reached)"
+            report.unconfirmed.append(f"torch {minor} {name}: carried from {previous['minor']}")
+        out.append(row)
+    return out
+
+
+def _document(
+    rows: list[dict[str, Any]], images: list[dict[str, Any]], sources: Sources, today: date
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "overlay_version": overlay.OVERLAY_VERSION,
+        "research_date": today.isoformat(),
+        "sources": {
+            "reached": sorted(set(sources.reached)),
+            "not_reached": sorted(set(sources.unreachable)),
+        },
+    }
+    if rows:
+        doc["torch"] = {"releases": rows}
+    if images:
+        doc["cuda_images"] = {"versions": images}
+    return doc
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+def render_overlay(doc: dict[str, Any], today: date) -> str:
+    """The overlay as YAML: every scalar JSON-quoted (so "2.10" stays a string), rows as flow
+    mappings, one a line."""
+    lines = [
+        f"# Written by `gpulaunch catalog update` on {today.isoformat()} from PyPI's JSON API.",
+        "# The next update replaces this file; put your own rows in another file beside it.",
+        "# confidence: high = read from the source; medium = inferred from a source;",
+        "# low = carried over, unconfirmed (never picked by a default).",
+    ]
+    _emit(doc, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _is_rows(value: object) -> bool:
+    return isinstance(value, list) and any(isinstance(v, dict) for v in value)
+
+
+def _emit(node: dict[str, Any], indent: int, lines: list[str]) -> None:
+    pad = " " * indent
+    for key, value in node.items():
+        if isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values()):
+            lines.append(f"{pad}{key}:")
+            _emit(value, indent + 2, lines)
+        elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+            lines.append(f"{pad}{key}:")
+            for item in value:
+                if isinstance(item, dict) and any(_is_rows(v) for v in item.values()):
+                    sub: list[str] = []
+                    _emit(item, indent + 4, sub)
+                    sub[0] = f"{pad}  - " + sub[0].lstrip()
+                    lines.extend(sub)
+                else:
+                    lines.append(f"{pad}  - {_scalar(item)}")
+        elif isinstance(value, list) and not value:
+            lines.append(f"{pad}{key}: []")
+        elif isinstance(value, list):
+            lines.append(f"{pad}{key}:")
+            lines.extend(f"{pad}  - {_scalar(v)}" for v in value)
+        else:
+            lines.append(f"{pad}{key}: {_scalar(value)}")
+
+
+def run_update(
+    *,
+    output: Path | None,
+    today: date,
+    check: Callable[[dict[str, Any]], None],
+    sources: Sources | None = None,
+) -> UpdateReport:
+    """Fetch, build the overlay, check it merges into a valid catalog (`check`), write it."""
+    sources = sources or Sources()
+    report = build_update(overlay.packaged_raw(), sources, today)
+    check(report.overlay)
+    target = Path(os.path.abspath(output or overlay.overlay_dir() / OVERLAY_NAME))
+    overlay.write_user_file(target, render_overlay(report.overlay, today))
+    report.path = target
+    return report

@@ -1,0 +1,77 @@
+"""`dev/catalog-check`: re-read the packaged catalog's torch facts from PyPI (the sources
+`catalog update` uses) and list where they differ, and what PyPI has that the catalog lacks.
+
+Compared per packaged minor: each patch is a final PyPI release with a Linux x86_64 wheel; the
+Python floor (`requires_python`) and ceiling (cp3XX wheels) and the manylinux glibc floor of its
+newest patch; torchvision / torchaudio pairings where their metadata pins `torch==` exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulaunch.catalog import pypi_facts
+from gpulaunch.catalog.pypi_facts import vt
+from gpulaunch.catalog.update import Sources, _Project, _raw_releases, build_update
+
+
+def differences(packaged: dict[str, Any], sources: Sources) -> list[str]:
+    """One line per difference, then `missing:` lines for what an update would add, then
+    `not reached:` lines for the sources that did not answer."""
+    from datetime import date
+
+    report = build_update(packaged, sources, date.today())  # raises when PyPI does not answer
+    torch = _Project("torch", sources.project("torch"), sources)
+    vision = _Project("torchvision", sources.project("torchvision"), sources)
+    audio = _Project("torchaudio", sources.project("torchaudio"), sources)
+    out: list[str] = []
+    for rel in _raw_releases(packaged):
+        out.extend(_release_diffs(rel, torch))
+        for patch in rel.get("patches", []):
+            for project, key in ((vision, "torchvision"), (audio, "torchaudio")):
+                out.extend(_pairing_diffs(patch, project, key))
+    out.extend(f"missing: {line}" for line in report.added)
+    out.extend(f"not reached: {line}" for line in sorted(set(sources.unreachable)))
+    return out
+
+
+def _release_diffs(rel: dict[str, Any], torch: _Project) -> list[str]:
+    minor = rel["minor"]
+    out = []
+    patches = [p["torch"] for p in rel.get("patches", []) if isinstance(p, dict)]
+    for version in patches:
+        if version not in torch.releases:
+            out.append(f"torch {version}: no final Linux x86_64 release on PyPI")
+    found = [torch.releases[v] for v in patches if v in torch.releases]
+    if not found:
+        return out
+    newest = max(found, key=lambda f: vt(f.version))
+    python = rel.get("python", {})
+    experimental = python.get("experimental", [])
+    if newest.python_min and newest.python_min != python.get("min"):
+        out.append(
+            f"torch {minor}: python.min {python.get('min')}, PyPI {newest.version} "
+            f"requires_python {newest.requires_python}"
+        )
+    top = newest.python_max
+    if top and top != python.get("max") and top not in experimental:
+        out.append(
+            f"torch {minor}: python.max {python.get('max')}, PyPI {newest.version} has "
+            f"wheels up to cp{top.replace('.', '')}"
+        )
+    if newest.glibc and newest.glibc != rel.get("glibc"):
+        out.append(f"torch {minor}: glibc {rel.get('glibc')}, PyPI wheels manylinux {newest.glibc}")
+    return out
+
+
+def _pairing_diffs(patch: dict[str, Any], project: _Project, key: str) -> list[str]:
+    paired = patch.get(key)
+    if not isinstance(paired, str):
+        return []
+    if paired not in project.releases:
+        return [f"torch {patch['torch']}: {key} {paired} is not a release on PyPI"]
+    dist = project.latest_dist if paired == project.latest else None
+    pin = pypi_facts.torch_pin(dist or [])
+    if pin is not None and pin != patch["torch"]:
+        return [f"torch {patch['torch']}: {key} {paired} pins torch=={pin} on PyPI"]
+    return []

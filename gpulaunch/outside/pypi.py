@@ -1,0 +1,88 @@
+"""The package-index seam: PyPI's JSON API and plain HTTP reads of other indexes (the PyTorch
+wheel index, Docker Hub's tag list), each with a timeout and a size cap.
+
+`gpulaunch catalog update` and `dev/catalog-check` read through here only; unit tests point
+`base_url` at a local fake server, e2e tests use the real PyPI. Nothing here interprets what it
+reads: that is `gpulaunch.catalog.pypi_facts`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+from gpulaunch import __version__
+from gpulaunch.errors import GpulaunchError
+
+DEFAULT_PYPI = "https://pypi.org/pypi"
+PYPI_ENV = "GPULAUNCH_PYPI_URL"  # another JSON API with PyPI's layout (a mirror, a test server)
+TIMEOUT_S = 20.0
+MAX_BYTES = 64 * 1024 * 1024  # torch's project JSON is about 1 MB; a cap, not an estimate
+
+
+class Unreachable(GpulaunchError):
+    """A source did not answer, or answered with something that is not what was asked."""
+
+
+def pypi_url() -> str:
+    """The JSON API base: $GPULAUNCH_PYPI_URL, else https://pypi.org/pypi."""
+    return (os.environ.get(PYPI_ENV) or DEFAULT_PYPI).rstrip("/")
+
+
+def fetch_text(url: str, *, timeout: float = TIMEOUT_S) -> str:
+    """GET `url` as UTF-8 text; every failure (DNS, refused, timeout, HTTP error status,
+    oversize, not UTF-8) is an `Unreachable` naming the URL and the reason."""
+    if not url.startswith(("https://", "http://")):
+        raise Unreachable(f"{url}: not an http(s) URL")
+    request = urllib.request.Request(
+        url, headers={"User-Agent": f"gpulaunch/{__version__}", "Accept": "*/*"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data: bytes = response.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as err:
+        raise Unreachable(f"{url}: HTTP {err.code}") from None
+    except urllib.error.URLError as err:
+        raise Unreachable(f"{url}: {_reason(err.reason)}") from None
+    except (TimeoutError, OSError) as err:
+        raise Unreachable(f"{url}: {_reason(err)}") from None
+    if len(data) > MAX_BYTES:
+        raise Unreachable(f"{url}: answer larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreachable(f"{url}: answer is not UTF-8 text") from None
+
+
+def fetch_json(url: str, *, timeout: float = TIMEOUT_S) -> dict[str, Any]:
+    """GET `url` and parse a JSON object."""
+    text = fetch_text(url, timeout=timeout)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise Unreachable(f"{url}: answer is not JSON") from None
+    if not isinstance(data, dict):
+        raise Unreachable(f"{url}: answer is not a JSON object")
+    return data
+
+
+def project(
+    name: str, *, base_url: str | None = None, timeout: float = TIMEOUT_S
+) -> dict[str, Any]:
+    """PyPI's project JSON (`info` of the newest release, `releases` with every file)."""
+    return fetch_json(f"{base_url or pypi_url()}/{name}/json", timeout=timeout)
+
+
+def release(
+    name: str, version: str, *, base_url: str | None = None, timeout: float = TIMEOUT_S
+) -> dict[str, Any]:
+    """PyPI's JSON for one release (its own `info.requires_dist`)."""
+    return fetch_json(f"{base_url or pypi_url()}/{name}/{version}/json", timeout=timeout)
+
+
+def _reason(err: object) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
