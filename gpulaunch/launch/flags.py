@@ -105,3 +105,13 @@ def script_command(
         head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
     return ["python", *([wrapper] if wrapper else []), target, *args]
+
+
+def module_command(command: list[str], nproc: int) -> list[str]:
+    """`-- python -m pkg.mod ARGS` with several processes: `torchrun -m pkg.mod ARGS` (one
+    process per rank), never one plain python."""
+    is_module = len(command) >= 3 and command[0] in ("python", "python3") and command[1] == "-m"
+    if nproc > 1 and is_module:
+        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
+        return [*head, "-m", *command[2:]]
+    return command
