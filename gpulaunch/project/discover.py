@@ -48,15 +48,18 @@ def _reader_for(rel: str) -> tuple[str, Reader] | None:
     return None
 
 
-def _has_deps(root: Path, rel: str) -> bool:
+def _pyproject_kind(root: Path, rel: str) -> str | None:
+    """ "installs" (dependencies or a build backend), "metadata" ([project] only), or None."""
     data = load_toml(root / rel, rel)
     project = data.get("project", {})
     poetry = data.get("tool", {}).get("poetry", {})
-    return bool(
+    if (
         (isinstance(project, dict) and project.get("dependencies"))
         or (isinstance(poetry, dict) and poetry.get("dependencies"))
         or "build-system" in data
-    )
+    ):
+        return "installs"
+    return "metadata" if project or poetry else None
 
 
 def candidates(root: Path) -> list[str]:
@@ -64,7 +67,7 @@ def candidates(root: Path) -> list[str]:
     found: list[str] = []
     if (root / "requirements.txt").is_file():
         found.append("requirements.txt")
-    if (root / "pyproject.toml").is_file() and _has_deps(root, "pyproject.toml"):
+    if (root / "pyproject.toml").is_file() and _pyproject_kind(root, "pyproject.toml"):
         found.append("pyproject.toml")
     found += [n for n in ("setup.cfg", "setup.py", "Pipfile") if (root / n).is_file()]
     found += [n for n in _CONDA if (root / n).is_file()]
@@ -97,7 +100,10 @@ def read_project(root: Path, entry: str | None = None) -> Project:
     """The project model of `root`; `entry` (image.requirements) or the first candidate."""
     project = Project()
     found = candidates(root)
-    chosen = entry if entry is not None else (found[0] if found else None)
+    installs = [
+        rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
+    ]
+    chosen = entry if entry is not None else (installs[0] if installs else None)
     project.entry = chosen
     if chosen is not None:
         if not (root / chosen).is_file():

@@ -151,7 +151,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
         where = f"{rel} [tool.uv.sources] {name}"
         entries = value if isinstance(value, list) else [value]
         for source in entries:
-            if not isinstance(source, dict):
+            if not isinstance(source, dict) or not _on_linux(source.get("marker")):
                 continue
             if "path" in source:
                 project.locals.append(
@@ -176,6 +176,19 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
     if local_names:  # installed from the tree, not from an index
         project.deps = [d for d in project.deps if d.name not in local_names]
         project.inline = [t for t in project.inline if _name_of(t) not in local_names]
+
+
+def _on_linux(marker: object) -> bool:
+    """Does a uv source's marker hold inside a Linux x86_64 container?"""
+    if not isinstance(marker, str):
+        return True
+    from packaging.markers import InvalidMarker, Marker
+
+    env = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+    try:
+        return Marker(marker).evaluate(env)
+    except InvalidMarker:
+        return True
 
 
 def _name_of(text: str) -> str:
