@@ -176,3 +176,20 @@ def test_bad_launch_flags_are_usage_errors(
     result = runner.invoke(app, ["run", "train_ddp.py", *flag, "--dry-run"])
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_python_m_with_several_processes_is_torchrun_m(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(EXAMPLES / "cpu")
+    argv = ["run", "--nproc", "2", "--dry-run", "--json", "--", "python", "-m", "pkg.train", "-x"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    run = json.loads(result.stdout)["run"]
+    assert run["command"] == [
+        "torchrun", "--standalone", "--nproc-per-node", "2", "-m", "pkg.train", "-x"
+    ]  # fmt: skip
+    # the project root is importable from scripts in subfolders
+    assert run["env"]["PYTHONPATH"].split(":")[-1] == "/workspace"
+    one = runner.invoke(app, [*argv[:1], "--nproc", "1", *argv[3:]])
+    assert json.loads(one.stdout)["run"]["command"] == ["python", "-m", "pkg.train", "-x"]
