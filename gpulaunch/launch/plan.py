@@ -24,6 +24,7 @@ from gpulaunch.launch.flags import (
     parse_gpus_flag,
     parse_mount,
     script_command,
+    single_process_warning,
 )
 
 if TYPE_CHECKING:
@@ -222,6 +223,9 @@ def plan_run(
     mounts = [Mount(str(project), WORKSPACE)]
     user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
     mount_notes: list[str] = []
+    if opts.script:
+        lone = single_process_warning((cwd / opts.script).resolve(), nproc)
+        mount_notes += [lone] if lone else []
     for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
         mounts.append(parse_mount(spec, project, where))
         mount_notes += mount_warnings(mounts[-1], where)
