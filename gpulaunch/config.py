@@ -120,6 +120,12 @@ class ImageSettings(_Model):
     torch_extras: list[Literal["torchvision", "torchaudio"]] = Field(
         default_factory=list, description="Installed with the pins matching torch."
     )
+    torchvision: str | None = Field(
+        None, description="Exact torchvision version over the catalog's pairing (a project pin)."
+    )
+    torchaudio: str | None = Field(
+        None, description="Exact torchaudio version over the catalog's pairing (a project pin)."
+    )
     cuda: str | None = Field(None, description='"12.4", "12.4.1" or "cpu"; derived when absent.')
     cudnn: str | None = Field(None, description='"8" or "9": a cuDNN base image (rarely needed).')
     os: str | None = Field(None, description='"ubuntu22.04", "ubuntu24.04", ...')
@@ -151,7 +157,7 @@ class ImageSettings(_Model):
             raise ValueError(f"{dupes[0]!r} is listed twice")
         return value
 
-    @field_validator("python", "torch", "cuda", "cudnn", "os")
+    @field_validator("python", "torch", "cuda", "cudnn", "os", "torchvision", "torchaudio")
     @classmethod
     def _version(cls, value: str | None) -> str | None:
         if value is not None and not _VERSION.fullmatch(value):

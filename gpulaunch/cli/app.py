@@ -199,6 +199,13 @@ def _load(config: Path | None) -> tuple[Any, Path]:
     from gpulaunch.config import find_config, load_config
 
     path = find_config(config, Path.cwd())
+    if config is not None and not path.exists():
+        from gpulaunch.errors import ConfigError
+
+        raise ConfigError(
+            f"--config: {str(config)!r} not found; if that option was meant for your script, "
+            "put it after `--` (gpulaunch run train.py -- -c ...)"
+        )
     return load_config(path), path.resolve().parent
 
 

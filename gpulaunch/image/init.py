@@ -1,4 +1,5 @@
-"""The `init` use case: detect, ask (on a TTY), validate against the catalog, write atomically."""
+"""The `init` use case: read the project (gpulaunch.project), weigh its word against the
+catalog, ask (on a TTY), validate, write atomically."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulaunch.config import CONFIG_NAME, dump_config, validate_data
+from gpulaunch.config import CONFIG_NAME, dump_config, sanitize_name, validate_data
 from gpulaunch.errors import ConfigError, FileExistsRefusal
 from gpulaunch.image.compat import matrix
-from gpulaunch.image.detect import detect, pick_torch, variant_to_cuda
 from gpulaunch.image.render import image_request, render_dockerignore, summarize
+from gpulaunch.image.request import ImageRequest
 from gpulaunch.image.resolver import resolve
+from gpulaunch.project.discover import read_project
+from gpulaunch.project.model import Project
+from gpulaunch.project.reconcile import Choice, reconcile
+from gpulaunch.project.syspkgs import needs
 from gpulaunch.yamlio import atomic_write
 
 HEADER = (
@@ -42,25 +47,50 @@ class InitResult:
     notes: list[str] = field(default_factory=list)
 
 
-def known_torch_versions() -> list[str]:
-    return sorted({row.torch for row in matrix() if row.torch})
+def _default_python(torch: str, cuda: str | None) -> str:
+    flavor = "cpu" if cuda == "cpu" else "runtime"
+    return resolve(ImageRequest(torch=torch, cuda=cuda, flavor=flavor)).python
+
+
+def _report(project: Project) -> list[str]:
+    """Every source found and every part not understood, by name."""
+    notes = [f"found: {source}" for source in project.sources]
+    if project.entry:
+        notes.append(f"installing the dependencies of {project.entry}")
+    elif not project.sources:
+        notes.append("found: no dependency file (requirements.txt, pyproject.toml, ...)")
+    notes += [f"warning: not understood: {item}" for item in project.not_understood]
+    notes += project.notes
+    for local in project.locals:
+        notes.append(
+            f"{local.where}: {local.path} is installed after the project is copied (--no-deps)"
+        )
+    return notes
 
 
 def run_init(opts: InitOptions) -> InitResult:
     directory = opts.directory
     if not directory.is_dir():
         raise ConfigError(f"init: {directory} is not a folder")
-    found = detect(directory)
     config_path = directory / CONFIG_NAME
-    if found.existing_config and not opts.force:
+    if config_path.exists() and not opts.force:
         raise FileExistsRefusal(f"{config_path}: already exists; use --force to overwrite")
-
-    notes = list(found.notes)
-    if opts.torch is None and found.torch_spec:
-        opts.torch = pick_torch(found.torch_spec, known_torch_versions())
-    if opts.cuda is None and found.variant:
-        opts.cuda = variant_to_cuda(found.variant)
-        notes.append(f"PyTorch index found in {found.requirements}: {found.variant}")
+    project = read_project(directory)
+    notes = _report(project)
+    choice = Choice()
+    if opts.flavor != "ngc":
+        choice = reconcile(
+            project,
+            matrix(),
+            torch=opts.torch,
+            cuda=opts.cuda,
+            python=opts.python,
+            default_python=_default_python,
+        )
+        notes += choice.notes + [f"warning: {w}" for w in choice.warnings]
+        opts.torch = opts.torch or choice.torch
+        opts.cuda = opts.cuda or choice.cuda
+        opts.python = opts.python or choice.python
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
     if opts.ask is not None:
@@ -71,17 +101,28 @@ def run_init(opts: InitOptions) -> InitResult:
         value = getattr(opts, key)
         if value is not None:
             image[key] = value
-    if found.requirements:
-        image["requirements"] = found.requirements
-    if found.torch_extras:
-        image["torch_extras"] = sorted(set(found.torch_extras))
+    if project.entry:
+        image["requirements"] = project.entry
+    if choice.extras:
+        image["torch_extras"] = sorted(set(choice.extras))
+    image.update(choice.pins)
+    system = _system_packages(project, notes)
+    if system:
+        image["system_packages"] = system
     if opts.name is not None:
         try:
             validate_data({"version": 1, "name": opts.name})
         except ConfigError as err:
             raise ConfigError(f"--name: {err.message.removeprefix('name: ')}") from None
-    config = validate_data({"version": 1, "name": opts.name or found.name, "image": image})
+    name = opts.name or sanitize_name(directory.resolve().name)
+    config = validate_data({"version": 1, "name": name, "image": image})
     resolved = resolve(image_request(config))
+    if resolved.cuda and "cuda" not in image:
+        notes.append(
+            f"CUDA {resolved.cuda}: the project names no CUDA build, so the catalog's default "
+            f"for torch {resolved.torch} was chosen (driver >= {resolved.min_driver}); "
+            "pass --cuda to change it"
+        )
     # Pin what was resolved so a newer catalog never changes this project's image silently.
     pinned = config.image.model_copy(
         update={
@@ -101,3 +142,16 @@ def run_init(opts: InitOptions) -> InitResult:
         wrote_ignore = True
     notes += [f"warning: {w}" for w in resolved.warnings]
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
+
+
+def _system_packages(project: Project, notes: list[str]) -> list[str]:
+    """OS packages from gpulaunch/data/system_packages.yaml, each with its reason."""
+    packages: list[str] = []
+    for need in needs(project):
+        if need.packages:
+            notes.append(
+                f"system packages {' '.join(need.packages)} for {need.because} "
+                "(edit image.system_packages to change)"
+            )
+            packages += need.packages
+    return list(dict.fromkeys(packages))

@@ -127,11 +127,16 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
     return _unique(pkgs), deadsnakes
 
 
-def _torch_install(resolved: ResolvedImage, extras: list[str]) -> list[str]:
+def _torch_install(
+    resolved: ResolvedImage, extras: list[str], pinned: dict[str, str | None]
+) -> list[str]:
     if resolved.torch is None:
         return []
     pins = [f"torch=={resolved.torch}"]
     versions = {"torchvision": resolved.torchvision, "torchaudio": resolved.torchaudio}
+    # the project's own companion pins (init keeps them) win over the catalog's pairing
+    versions.update({k: v for k, v in pinned.items() if v})
+    extras = [*extras, *(k for k, v in pinned.items() if v and k not in extras)]
     for extra in extras:
         version = versions[extra]
         if version is None:
@@ -161,27 +166,15 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
 
-    requirements_file: str | None = None
-    dependencies: list[str] = []
-    if img.requirements:
-        # a pyproject.toml is read here (its dependencies go into the Dockerfile), not COPYed
-        is_pyproject = Path(img.requirements).name == "pyproject.toml"
-        req_path = _inside(
-            project_dir, img.requirements, "image.requirements", [] if is_pyproject else required
-        )
-        if not req_path.is_file():
-            raise ConfigError(f"image.requirements: {img.requirements!r} not found in the project")
-        if is_pyproject:
-            dependencies = _pyproject_dependencies(req_path)
-        else:
-            requirements_file = img.requirements
+    deps = _dependencies(project_dir, img.requirements, required) if img.requirements else None
 
     if img.ca_cert:
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
 
-    torch_install = _torch_install(resolved, list(img.torch_extras))
+    companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
+    torch_install = _torch_install(resolved, list(img.torch_extras), companions)
     links_flags = _links_flags(config, links)
     if img.pip.no_index or resolved.torch_index_url is None:
         torch_flags = links_flags
@@ -202,7 +195,9 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             "image.python_source: standalone downloads CPython at build time; "
             "build.network none forbids it (use distro, deadsnakes or a base with Python)"
         )
-    installs = bool(torch_install or requirements_file or dependencies)
+    installs = bool(
+        torch_install or (deps and (deps.entry or deps.inline or deps.local_installs))
+    )
     pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, installs)
     apt, deadsnakes = _apt_packages(resolved, config)
     python_bin = f"python{resolved.python}" if resolved.python_source == "deadsnakes" else "python3"
@@ -211,6 +206,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "io.gpulaunch.version": __version__,
         "io.gpulaunch.project": config.name,
         **resolved.labels(),
+        **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
     context: dict[str, Any] = {
@@ -238,8 +234,11 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "torch_source_flags": torch_flags,
         "pip_cache_flag": "" if builder == "buildkit" else " --no-cache-dir",
         "find_links": links,
-        "requirements_file": requirements_file,
-        "dependencies": dependencies,
+        "requirements_file": deps.entry if deps else None,
+        "requirement_copies": deps.copies if deps else [],
+        "requirement_edits": deps.edits if deps else [],
+        "dependencies": deps.inline if deps else [],
+        "local_installs": deps.local_installs if deps else [],
         "req_source_flags": req_flags,
         "pip_secrets": sorted(secrets),
         "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
@@ -293,6 +292,62 @@ def _uv_image(resolved: ResolvedImage) -> str:
     from gpulaunch.catalog.python_install import standalone
 
     return standalone().uv_image
+
+
+REQ_DIR = "/opt/gpulaunch/req"
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    """How the project's dependencies reach the image (from the project model)."""
+
+    entry: str | None  # the copied requirements file pip reads (-r)
+    copies: list[dict[str, str]]  # every requirements/constraints file, by relative path
+    edits: list[str]  # sed commands that take local installs out before the project is copied
+    inline: list[str]  # PEP 508 texts on pip's command line
+    local_installs: list[str]  # pip arguments, installed with --no-deps after the project copy
+
+
+def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Dependencies:
+    from gpulaunch.project.discover import read_project
+    from gpulaunch.textcheck import bad_char
+
+    entry_path = _inside(project_dir, entry, "image.requirements", [])
+    if not entry_path.is_file():
+        raise ConfigError(f"image.requirements: {entry!r} not found in the project")
+    if Path(entry).name == "pyproject.toml":
+        _pyproject_dependencies(entry_path)  # the strict checks on [project].dependencies
+    try:
+        model = read_project(project_dir, entry)
+    except ConfigError as err:
+        if err.message.startswith("image.requirements"):
+            raise
+        raise ConfigError(f"image.requirements: {err.message}") from None
+    if model.invalid:
+        raise ConfigError(f"image.requirements: {model.invalid[0]}")
+    copies: list[dict[str, str]] = []
+    edits: list[str] = []
+    for req_file in model.files:
+        _inside(project_dir, req_file.path, "image.requirements", required)
+        target = f"{REQ_DIR}/{req_file.path}"
+        copies.append({"source": req_file.path, "target": target})
+        if req_file.drop:
+            ranges = " ".join(f"-e {a},{b}d" if a != b else f"-e {a}d" for a, b in req_file.drop)
+            edits.append(f"sed -i {ranges} {shlex.quote(target)}")
+    for text in model.inline:
+        if bad_char(text) is not None:
+            raise ConfigError(
+                f"image.requirements: dependency {text!r} contains a line break or control "
+                "character"
+            )
+    locals_: list[str] = []
+    for local in model.locals:
+        path = _inside(project_dir, local.path, "image.requirements", [])
+        rel = path.relative_to(project_dir.resolve()).as_posix()
+        target = "/workspace" if rel == "." else f"/workspace/{rel}"
+        locals_.append(("-e " if local.editable else "") + shlex.quote(target))
+    entry_target = copies[0]["target"] if model.entry_kind == "requirements" else None
+    return _Dependencies(entry_target, copies, edits, list(model.inline), locals_)
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

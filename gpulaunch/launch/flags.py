@@ -105,3 +105,45 @@ def script_command(
         head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
     return ["python", *([wrapper] if wrapper else []), target, *args]
+
+
+def module_command(command: list[str], nproc: int) -> list[str]:
+    """`-- python -m pkg.mod ARGS` with several processes: `torchrun -m pkg.mod ARGS` (one
+    process per rank), never one plain python."""
+    is_module = len(command) >= 3 and command[0] in ("python", "python3") and command[1] == "-m"
+    if nproc > 1 and is_module:
+        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
+        return [*head, "-m", *command[2:]]
+    return command
+
+
+# Words a script that really runs as several ranks shows (itself or through a framework).
+_DISTRIBUTED_SIGNS = (
+    "torch.distributed",
+    "init_process_group",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "DistributedDataParallel",
+    "accelerate",
+    "lightning",
+    "deepspeed",
+    "transformers",
+    "dist.",
+)
+
+
+def single_process_warning(script: Path, nproc: int) -> str | None:
+    """A warning when several processes would start a script that shows no sign of
+    distributed use: each would run the whole script as an identical copy."""
+    if nproc <= 1:
+        return None
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if any(sign in text for sign in _DISTRIBUTED_SIGNS):
+        return None
+    return (
+        f"{script.name} shows no sign of distributed use (torch.distributed, LOCAL_RANK, "
+        f"accelerate, lightning ...): each of the {nproc} processes runs the whole script"
+    )

@@ -18,11 +18,13 @@ from gpulaunch.errors import ConfigError, TopologyError
 from gpulaunch.image.build import PreparedBuild
 from gpulaunch.launch.flags import (
     gpu_count,
+    module_command,
     mount_warnings,
     parse_env_flags,
     parse_gpus_flag,
     parse_mount,
     script_command,
+    single_process_warning,
 )
 
 if TYPE_CHECKING:
@@ -201,7 +203,7 @@ def plan_run(
         if host_mode:
             command = _host_paths(command, project)
     elif opts.command:
-        command = list(opts.command)
+        command = module_command(list(opts.command), nproc)
     else:
         raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
@@ -209,7 +211,8 @@ def plan_run(
 
     lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
     run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
-    run_env["PYTHONPATH"] = lib_dir
+    # the project root too, so entry scripts in subfolders import the project's package
+    run_env["PYTHONPATH"] = f"{lib_dir}:{project if host_mode else WORKSPACE}"
     run_env.update(launch.env_values())
     run_env.update(numa.to_env())
     if host_mode:
@@ -220,6 +223,9 @@ def plan_run(
     mounts = [Mount(str(project), WORKSPACE)]
     user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
     mount_notes: list[str] = []
+    if opts.script:
+        lone = single_process_warning((cwd / opts.script).resolve(), nproc)
+        mount_notes += [lone] if lone else []
     for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
         mounts.append(parse_mount(spec, project, where))
         mount_notes += mount_warnings(mounts[-1], where)

@@ -229,3 +229,12 @@ def test_interactive_init_asks_and_validates(in_tmp: Path, monkeypatch: pytest.M
     assert "12.4.1" in result.summary
     text = (in_tmp / "gpulaunch.yaml").read_text()
     assert 'torch: "2.5.1"' in text and "flavor: devel" in text
+
+
+def test_missing_config_flag_points_at_the_double_dash(runner: CliRunner, in_tmp: Path) -> None:
+    result = runner.invoke(app, ["run", "train.py", "-c", "exp.yaml", "--dry-run"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "gpulaunch: error: --config: 'exp.yaml' not found; if that option was meant for your "
+        "script, put it after `--` (gpulaunch run train.py -- -c ...)\n"
+    )

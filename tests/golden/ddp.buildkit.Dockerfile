@@ -62,5 +62,7 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
 COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project root is importable from entry scripts anywhere in the tree.
+ENV PYTHONPATH=/workspace${PYTHONPATH:+:$PYTHONPATH}
 USER ${GL_UID}:${GL_GID}
 CMD ["python"]

@@ -41,9 +41,9 @@ RUN mkdir -p /opt/gpulaunch \
  && python -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')" > /opt/gpulaunch/constraints.txt
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
-# 4. Project requirements
-COPY ["requirements.txt", "/opt/gpulaunch/requirements.txt"]
-RUN pip install --no-cache-dir -r /opt/gpulaunch/requirements.txt --no-index --find-links /opt/gpulaunch/find-links/0
+# 4. Project requirements (third-party only; local packages follow the project copy)
+COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
+RUN pip install --no-cache-dir -r /opt/gpulaunch/req/requirements.txt --no-index --find-links /opt/gpulaunch/find-links/0
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
@@ -52,5 +52,7 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
 COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project root is importable from entry scripts anywhere in the tree.
+ENV PYTHONPATH=/workspace${PYTHONPATH:+:$PYTHONPATH}
 USER ${GL_UID}:${GL_GID}
 CMD ["python"]

@@ -91,7 +91,7 @@ def test_no_upgrade_where_nothing_is_pip_installed_into_a_venv(
 def test_requirements_alone_get_the_upgrade(tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text("numpy\n")
     text = _render(tmp_path, {"torch": "none", "cuda": "12.4", "requirements": "requirements.txt"})
-    assert text.index(STEP) < text.index("-r /opt/gpulaunch/requirements.txt")
+    assert text.index(STEP) < text.index("-r /opt/gpulaunch/req/requirements.txt")
 
 
 @pytest.mark.parametrize(

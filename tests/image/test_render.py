@@ -79,11 +79,11 @@ def test_ngc_does_not_reinstall_torch() -> None:
     assert "pip install torch" not in text
     # NVIDIA's Python, no venv (it would need python3.X-venv, absent from NGC images)
     assert "-m venv" not in text and "/opt/venv" not in text
-    assert "-r /opt/gpulaunch/requirements.txt" in text
+    assert "-r /opt/gpulaunch/req/requirements.txt" in text
     # NGC's own constraints stay in force, extended with the torch* the image ships
     keep = text.index("cat /etc/pip/constraint.txt")
     assert keep < text.index("ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt")
-    assert text.index("ENV PIP_CONSTRAINT=") < text.index("-r /opt/gpulaunch/requirements.txt")
+    assert text.index("ENV PIP_CONSTRAINT=") < text.index("-r /opt/gpulaunch/req/requirements.txt")
 
 
 def _project(tmp_path: Path, image: dict[str, object]) -> tuple[Path, str]:

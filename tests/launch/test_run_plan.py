@@ -176,3 +176,38 @@ def test_bad_launch_flags_are_usage_errors(
     result = runner.invoke(app, ["run", "train_ddp.py", *flag, "--dry-run"])
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_python_m_with_several_processes_is_torchrun_m(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(EXAMPLES / "cpu")
+    argv = ["run", "--nproc", "2", "--dry-run", "--json", "--", "python", "-m", "pkg.train", "-x"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    run = json.loads(result.stdout)["run"]
+    assert run["command"] == [
+        "torchrun", "--standalone", "--nproc-per-node", "2", "-m", "pkg.train", "-x"
+    ]  # fmt: skip
+    # the project root is importable from scripts in subfolders
+    assert run["env"]["PYTHONPATH"].split(":")[-1] == "/workspace"
+    one = runner.invoke(app, [*argv[:1], "--nproc", "1", *argv[3:]])
+    assert json.loads(one.stdout)["run"]["command"] == ["python", "-m", "pkg.train", "-x"]
+
+
+def test_several_processes_on_a_plain_script_warn(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "gpulaunch.yaml").write_text("version: 1\nname: lone\nimage: {cuda: cpu}\n")
+    (tmp_path / "plain.py").write_text("print('one copy')\n")
+    (tmp_path / "ddp.py").write_text(
+        "import torch.distributed as dist\ndist.init_process_group()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    two = runner.invoke(app, ["run", "--gpus", "0", "--nproc", "2", "--dry-run", "plain.py"])
+    assert two.exit_code == 0, two.stderr
+    assert "plain.py shows no sign of distributed use" in two.stderr
+    ddp = runner.invoke(app, ["run", "--gpus", "0", "--nproc", "2", "--dry-run", "ddp.py"])
+    assert "no sign of distributed use" not in ddp.stderr
+    one = runner.invoke(app, ["run", "--gpus", "0", "--nproc", "1", "--dry-run", "plain.py"])
+    assert "no sign of distributed use" not in one.stderr

@@ -1,0 +1,4 @@
+import cv2
+import torch
+
+print("cv2", cv2.__version__, "torch", torch.__version__)

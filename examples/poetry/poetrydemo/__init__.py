@@ -1,0 +1,3 @@
+import torch
+
+print("poetrydemo on", torch.__version__)

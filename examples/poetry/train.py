@@ -1,0 +1,1 @@
+import poetrydemo  # noqa: F401

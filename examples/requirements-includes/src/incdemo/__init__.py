@@ -1,0 +1,2 @@
+def run() -> str:
+    return "incdemo"

@@ -1,0 +1,4 @@
+def main() -> None:
+    import torch
+
+    print("uvdemo on", torch.__version__)

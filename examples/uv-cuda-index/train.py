@@ -1,0 +1,3 @@
+from uvdemo import main
+
+main()

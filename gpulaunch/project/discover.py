@@ -1,0 +1,173 @@
+"""Find every dependency source in a project, pick the one that is installed (the entry),
+and read it with everything it pulls in (includes, local packages and their own deps)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.project.model import LocalInstall, Project
+from gpulaunch.project.others import (
+    read_conda,
+    read_pipfile,
+    read_script,
+    read_setup_cfg,
+    read_setup_py,
+    script_block,
+)
+from gpulaunch.project.pyproject import load_toml, read_pyproject
+from gpulaunch.project.requirements import is_requirements_name, read_requirements
+
+Reader = Callable[[Path, str, Project, bool], None]
+_FOLDER_ENTRIES = (
+    "base.txt",
+    "main.txt",
+    "common.txt",
+    "prod.txt",
+    "requirements.txt",
+    "runtime.txt",
+)
+_CONDA = ("environment.yml", "environment.yaml", "conda.yml", "conda.yaml")
+
+
+def _reader_for(rel: str) -> tuple[str, Reader] | None:
+    name = Path(rel).name
+    if name == "pyproject.toml":
+        return "pyproject", read_pyproject
+    if name == "setup.cfg":
+        return "setup.cfg", read_setup_cfg
+    if name == "setup.py":
+        return "setup.py", read_setup_py
+    if name == "Pipfile":
+        return "pipfile", read_pipfile
+    if name in _CONDA or name.endswith((".yml", ".yaml")):
+        return "conda", read_conda
+    if name.endswith(".py"):
+        return "script", read_script
+    return None
+
+
+def _pyproject_kind(root: Path, rel: str) -> str | None:
+    """ "installs" (dependencies or a build backend), "metadata" ([project] only), or None."""
+    data = load_toml(root / rel, rel)
+    project = data.get("project", {})
+    poetry = data.get("tool", {}).get("poetry", {})
+    if (
+        (isinstance(project, dict) and project.get("dependencies"))
+        or (isinstance(poetry, dict) and poetry.get("dependencies"))
+        or "build-system" in data
+    ):
+        return "installs"
+    return "metadata" if project or poetry else None
+
+
+def candidates(root: Path) -> list[str]:
+    """Dependency files in the order one is chosen as the entry."""
+    found: list[str] = []
+    if (root / "requirements.txt").is_file():
+        found.append("requirements.txt")
+    if (root / "pyproject.toml").is_file() and _pyproject_kind(root, "pyproject.toml"):
+        found.append("pyproject.toml")
+    found += [n for n in ("setup.cfg", "setup.py", "Pipfile") if (root / n).is_file()]
+    found += [n for n in _CONDA if (root / n).is_file()]
+    folder = root / "requirements"
+    if folder.is_dir():
+        found += [f"requirements/{n}" for n in _FOLDER_ENTRIES if (folder / n).is_file()][:1]
+    for path in sorted(root.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "# /// script" in text and script_block(text) is not None:
+            found.append(path.name)
+            break
+    return found
+
+
+def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
+    """Requirements files found but neither the entry nor included by it."""
+    names = (
+        [p.name for p in root.glob("requirements*.txt")]
+        + [f"requirements/{p.name}" for p in (root / "requirements").glob("*.txt")]
+        if (root / "requirements").is_dir()
+        else [p.name for p in root.glob("requirements*.txt")]
+    )
+    return sorted(n for n in names if n != entry and n not in read)
+
+
+def read_project(root: Path, entry: str | None = None) -> Project:
+    """The project model of `root`; `entry` (image.requirements) or the first candidate."""
+    project = Project()
+    found = candidates(root)
+    installs = [
+        rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
+    ]
+    chosen = entry if entry is not None else (installs[0] if installs else None)
+    project.entry = chosen
+    if chosen is not None:
+        if not (root / chosen).is_file():
+            raise ConfigError(f"image.requirements: {chosen!r} not found in the project")
+        _read_entry(root, chosen, project)
+    for rel in found:
+        if rel != chosen and rel not in {f.path for f in project.files}:
+            reader = _reader_for(rel)
+            if reader is not None:
+                reader[1](root, rel, project, False)
+            elif is_requirements_name(rel):
+                project.sources.append(f"{rel} (pip requirements, not installed)")
+    for rel in _unused(root, chosen, {f.path for f in project.files}):
+        if rel not in found:
+            project.sources.append(f"{rel} (pip requirements, not installed)")
+    _local_dependencies(root, project)
+    return project
+
+
+def _read_entry(root: Path, rel: str, project: Project) -> None:
+    reader = _reader_for(rel)
+    if reader is None:
+        project.entry_kind = "requirements"
+        read_requirements(root, rel, project)
+        included = [f.path for f in project.files[1:]]
+        suffix = f", includes {', '.join(included)}" if included else ""
+        project.sources.insert(0, f"{rel} (pip requirements{suffix})")
+        return
+    project.entry_kind = reader[0]
+    reader[1](root, rel, project, True)
+    if project.install_project and not any(loc.path == "." for loc in project.locals):
+        project.locals.append(LocalInstall(".", True, rel))
+
+
+def _local_dependencies(root: Path, project: Project) -> None:
+    """A local package installed with --no-deps still needs its own dependencies: read them
+    from its pyproject / setup.cfg / setup.py and install them with the third-party layer."""
+    seen = {d.name for d in project.deps}
+    for local in list(project.locals):
+        folder = (root / local.path).resolve()
+        if not folder.is_relative_to(root.resolve()):
+            project.not_understood.append(f"{local.where}: {local.path!r} is outside the project")
+            project.locals.remove(local)
+            continue
+        sub = Project()
+        for name, reader in (
+            ("pyproject.toml", read_pyproject),
+            ("setup.cfg", read_setup_cfg),
+            ("setup.py", read_setup_py),
+        ):
+            if (folder / name).is_file():
+                rel = (folder / name).relative_to(root.resolve()).as_posix()
+                reader(root, rel, sub, True)
+                break
+        else:
+            project.not_understood.append(
+                f"{local.where}: {local.path!r} has no pyproject.toml, setup.cfg or setup.py"
+            )
+            continue
+        project.set_python(sub.python_spec or "", sub.python_where or "")
+        project.set_variant(sub.variant, sub.variant_where or "")
+        for dep in sub.deps:
+            if dep.name not in seen:
+                seen.add(dep.name)
+                project.deps.append(dep)
+                project.inline.append(dep.text)
+        project.not_understood += sub.not_understood

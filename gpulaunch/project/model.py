@@ -1,0 +1,132 @@
+"""The data the project readers produce (plain dataclasses, no parsing here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+@dataclass(frozen=True)
+class Dep:
+    """One third-party requirement, as PEP 508 text plus where it was read."""
+
+    name: str  # canonical distribution name
+    text: str  # PEP 508 text pip accepts on its command line
+    specifier: str = ""  # "==2.1.2+cu118", ">=2.1,<2.5" or ""
+    url: str | None = None  # direct URL (wheel file or VCS)
+    where: str = ""  # "requirements/base.txt:3"
+
+    @property
+    def vcs(self) -> bool:
+        return self.url is not None and self.url.split("+", 1)[0] in ("git", "hg", "svn", "bzr")
+
+
+@dataclass(frozen=True)
+class LocalInstall:
+    """A package inside the project tree (`-e .`, `./pkg`, poetry/uv path dependencies)."""
+
+    path: str  # project-relative POSIX path, "." for the root
+    editable: bool
+    where: str
+
+
+@dataclass
+class ReqFile:
+    """A requirements or constraints file the Dockerfile copies (by its relative path)."""
+
+    path: str
+    # 1-based inclusive physical line ranges the image must not hand to pip before the
+    # project is copied (local installs; torch pins given as direct URLs)
+    drop: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class Project:
+    """Everything gpulaunch read from one project folder."""
+
+    entry: str | None = None  # what image.requirements names
+    entry_kind: str = ""  # "requirements", "pyproject", "setup.cfg", "conda", ...
+    sources: list[str] = field(default_factory=list)  # every dependency source found
+    not_understood: list[str] = field(default_factory=list)  # named, never silently dropped
+    # dependencies of a file pip never reads itself (pyproject, conda...) that do not parse:
+    # `render` refuses them rather than build an image without them
+    invalid: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    deps: list[Dep] = field(default_factory=list)  # what the entry installs (flattened)
+    inline: list[str] = field(default_factory=list)  # PEP 508 texts given on pip's command line
+    files: list[ReqFile] = field(default_factory=list)  # requirements files to copy, entry first
+    locals: list[LocalInstall] = field(default_factory=list)
+    install_project: bool = False  # the entry is an installable pyproject/setup project
+    indexes: list[str] = field(default_factory=list)  # index / find-links URLs the project names
+    torch_index: str | None = None  # the index the project takes torch from (uv/poetry/Pipfile)
+    python_spec: str | None = None  # a PEP 440 specifier for the interpreter
+    python_where: str | None = None
+    variant: str | None = None  # "cu118", "cpu", ... the project's torch build
+    variant_where: str | None = None
+
+    def pin(self, name: str) -> Dep | None:
+        """The first requirement on `name` (torch, torchvision, torchaudio...)."""
+        return next((d for d in self.deps if d.name == name), None)
+
+    def dist_names(self) -> set[str]:
+        return {d.name for d in self.deps}
+
+    def set_python(self, spec: str, where: str) -> None:
+        if self.python_spec is None and spec:
+            self.python_spec, self.python_where = spec, where
+
+    def set_variant(self, variant: str | None, where: str) -> None:
+        if variant and self.variant is None:
+            self.variant, self.variant_where = variant, where
+
+
+def variant_of_url(url: str) -> str | None:
+    """`https://download.pytorch.org/whl/cu121` (or a wheel under it) -> "cu121"."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if "whl" in parts:
+        i = parts.index("whl")
+        if i + 1 < len(parts) and _is_variant(parts[i + 1]):
+            return parts[i + 1]
+    if parts and parts[-1].endswith(".whl"):
+        return variant_of_wheel(parts[-1])
+    return None
+
+
+def variant_of_wheel(filename: str) -> str | None:
+    try:
+        _, version, _, _ = parse_wheel_filename(unquote(filename))
+    except InvalidWheelFilename:
+        return None
+    local = version.local
+    return local if local and _is_variant(local) else None
+
+
+def wheel_name(url: str) -> tuple[str, str, str] | None:
+    """(name, version, python tag) of a wheel URL, or None when it is not a wheel."""
+    last = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if not last.endswith(".whl"):
+        return None
+    try:
+        name, version, _, tags = parse_wheel_filename(last)
+    except InvalidWheelFilename:
+        return None
+    interpreters = sorted({t.interpreter for t in tags})
+    return canonicalize_name(name), str(version), interpreters[0] if interpreters else ""
+
+
+def _is_variant(text: str) -> bool:
+    return (
+        text == "cpu" or (text.startswith("cu") and text[2:].isdigit()) or text.startswith("rocm")
+    )
+
+
+def variant_of_version(spec: str) -> str | None:
+    """ "==2.1.2+cu118" -> "cu118"."""
+    if "+" not in spec:
+        return None
+    local = spec.split("+", 1)[1].split(",", 1)[0].strip()
+    return local if _is_variant(local) else None

@@ -1,0 +1,231 @@
+"""The other dependency files: setup.cfg (configparser), setup.py (a literal
+`install_requires` read with `ast`, never run), Pipfile (tomllib), conda environment files
+(YAML, with their `pip:` section) and PEP 723 `# /// script` blocks."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.project.model import Project, variant_of_url
+from gpulaunch.project.pyproject import load_toml
+from gpulaunch.project.requirements import read_requirement_texts, read_text
+
+# conda names that are not pip distributions of the same name, and what they mean here
+_CONDA_TORCH = {"pytorch": "torch"}
+_CONDA_SKIP = {
+    "python",
+    "pip",
+    "cpuonly",
+    "pytorch-cuda",
+    "cudatoolkit",
+    "cuda",
+    "pytorch-mutex",
+    "mkl",
+    "cudnn",
+    "nccl",
+    "libgcc",
+    "_libgcc_mutex",
+    "cuda-toolkit",
+    "blas",
+}
+
+
+def read_setup_cfg(root: Path, rel: str, project: Project, entry: bool) -> None:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(read_text(root / rel, rel))
+    except configparser.Error as err:
+        raise ConfigError(f"{rel}: cannot parse: {err}") from None
+    project.sources.append(f"{rel} (setuptools [options])")
+    requires = parser.get("options", "python_requires", fallback="").strip()
+    if requires:
+        project.set_python(requires, f"{rel} python_requires")
+    lines = parser.get("options", "install_requires", fallback="").splitlines()
+    if entry:
+        read_requirement_texts([x.strip() for x in lines if x.strip()], rel, project)
+        project.install_project = True
+
+
+def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
+    try:
+        tree = ast.parse(read_text(root / rel, rel))
+    except SyntaxError as err:
+        project.not_understood.append(f"{rel}: cannot parse ({err.msg})")
+        return
+    project.sources.append(f"{rel} (setuptools setup())")
+    found = False
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup"
+        ):
+            continue
+        for kw in node.keywords:
+            if kw.arg == "python_requires" and isinstance(kw.value, ast.Constant):
+                project.set_python(str(kw.value.value), f"{rel} python_requires")
+            if kw.arg == "install_requires":
+                found = True
+                try:
+                    value = ast.literal_eval(kw.value)
+                except ValueError:
+                    project.not_understood.append(
+                        f"{rel}: install_requires is computed, not a literal list; "
+                        "list the dependencies in requirements.txt"
+                    )
+                    continue
+                if entry and isinstance(value, (list, tuple)):
+                    read_requirement_texts([str(v) for v in value], rel, project)
+    if entry:
+        project.install_project = True
+        if not found:
+            project.notes.append(f"{rel}: no install_requires found")
+
+
+def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
+    data = load_toml(root / rel, rel)
+    project.sources.append(f"{rel} (pipenv)")
+    sources = {
+        s.get("name"): s.get("url")
+        for s in data.get("source", [])
+        if isinstance(s, dict) and isinstance(s.get("url"), str)
+    }
+    version = data.get("requires", {}).get("python_version")
+    if isinstance(version, str):
+        project.set_python(f"=={version}.*", f"{rel} [requires]")
+    texts: list[str] = []
+    for name, value in (data.get("packages") or {}).items():
+        table = value if isinstance(value, dict) else {"version": value}
+        if "path" in table:
+            from gpulaunch.project.model import LocalInstall
+
+            project.locals.append(
+                LocalInstall(str(table["path"]), bool(table.get("editable")), rel)
+            )
+            continue
+        if "git" in table:
+            texts.append(f"{name} @ git+{table['git']}")
+            continue
+        spec = str(table.get("version", "*"))
+        texts.append(name + ("" if spec == "*" else spec))
+        index = sources.get(table.get("index"))
+        if name == "torch" and index:
+            project.torch_index = index
+            project.set_variant(variant_of_url(index), f"{rel} [packages] torch (index {index})")
+    if entry:
+        read_requirement_texts(texts, rel, project)
+    if data.get("dev-packages"):
+        project.notes.append(f"{rel}: [dev-packages] not installed")
+
+
+def _conda_text(spec: str) -> tuple[str, str]:
+    """ "pytorch=2.1.0" -> ("pytorch", "==2.1.0.*"); "numpy>=1.24" -> ("numpy", ">=1.24")."""
+    spec = spec.split("::", 1)[-1].strip()
+    for i, char in enumerate(spec):
+        if char in "=<>!~ ":
+            name, rest = spec[:i], spec[i:].strip()
+            break
+    else:
+        return spec, ""
+    rest = rest.split()[0] if rest.split() else ""
+    if rest.startswith("=") and not rest.startswith("=="):
+        version = rest[1:].rstrip("*").rstrip(".")
+        return name, f"=={version}" if version.count(".") >= 2 else f"=={version}.*"
+    return name, rest
+
+
+def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    try:
+        data = parse_yaml_text(read_text(root / rel, rel), rel)
+    except ConfigError as err:
+        project.not_understood.append(f"{rel}: {err.message}")
+        return
+    deps = data.get("dependencies") if isinstance(data, dict) else None
+    if not isinstance(deps, list):
+        project.not_understood.append(f"{rel}: no dependencies list")
+        return
+    project.sources.append(f"{rel} (conda environment)")
+    texts: list[str] = []
+    conda_only: list[str] = []
+    pip_lines: list[str] = []
+    for item in deps:
+        if isinstance(item, dict) and isinstance(item.get("pip"), list):
+            pip_lines += [str(x) for x in item["pip"]]
+            continue
+        name, spec = _conda_text(str(item))
+        where = f"{rel} {item}"
+        if name == "python" and spec:
+            project.set_python(spec, where)
+        elif name in ("pytorch-cuda", "cudatoolkit", "cuda-toolkit") and spec:
+            digits = spec.lstrip("=").rstrip(".*").split(".")
+            if len(digits) >= 2:
+                project.set_variant(f"cu{digits[0]}{digits[1]}", where)
+        elif name == "cpuonly":
+            project.set_variant("cpu", where)
+        elif name in _CONDA_SKIP:
+            continue
+        else:
+            texts.append(_CONDA_TORCH.get(name, name) + spec)
+            if name not in _CONDA_TORCH and name not in ("torchvision", "torchaudio"):
+                conda_only.append(name)
+    if entry:
+        read_requirement_texts(texts, f"{rel} (conda)", project)
+        _pip_section(root, rel, pip_lines, project)
+        if conda_only:
+            project.notes.append(
+                f"{rel}: conda packages installed from PyPI under the same name: "
+                + ", ".join(conda_only)
+            )
+
+
+def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> None:
+    from gpulaunch.project.requirements import _split_options
+
+    texts = []
+    for line in lines:
+        req, options = _split_options(line)
+        if options:
+            project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
+        elif req:
+            texts.append(req)
+    read_requirement_texts(texts, f"{rel} pip:", project)
+
+
+def script_block(text: str) -> dict[str, Any] | None:
+    """The PEP 723 `script` block of a Python file (the reference algorithm, without regex)."""
+    lines = text.splitlines()
+    try:
+        start = lines.index("# /// script")
+    except ValueError:
+        return None
+    body: list[str] = []
+    for line in lines[start + 1 :]:
+        if line == "# ///":
+            try:
+                return tomllib.loads("\n".join(body))
+            except tomllib.TOMLDecodeError:
+                return None
+        if not (line == "#" or line.startswith("# ")):
+            return None
+        body.append(line[2:])
+    return None
+
+
+def read_script(root: Path, rel: str, project: Project, entry: bool) -> None:
+    block = script_block(read_text(root / rel, rel))
+    if block is None:
+        project.not_understood.append(f"{rel}: a `# /// script` block that is not valid TOML")
+        return
+    project.sources.append(f"{rel} (PEP 723 script block)")
+    requires = block.get("requires-python")
+    if isinstance(requires, str):
+        project.set_python(requires, f"{rel} requires-python")
+    deps = block.get("dependencies")
+    if entry and isinstance(deps, list):
+        read_requirement_texts([str(d) for d in deps], rel, project)

@@ -1,0 +1,197 @@
+"""pyproject.toml with `tomllib`: PEP 621 (`[project]`), poetry (`[tool.poetry]` and its
+sources), uv (`[[tool.uv.index]]`, `[tool.uv.sources]`) and PDM (`[[tool.pdm.source]]`)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.project.model import LocalInstall, Project, variant_of_url
+from gpulaunch.project.requirements import read_requirement_texts, read_text
+
+
+def load_toml(path: Path, shown: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(read_text(path, shown))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{shown}: cannot parse: {err}") from None
+
+
+def _table(data: Any, *keys: str) -> dict[str, Any]:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def poetry_spec(text: str) -> str | None:
+    """A poetry version constraint as a PEP 440 specifier ("^1.2" -> ">=1.2,<2.0")."""
+    text = text.strip()
+    if text in ("", "*"):
+        return ""
+    if "||" in text:
+        return None
+    if text[0] in "^~" and not text.startswith("~="):
+        base = text[1:].strip()
+        nums = base.split(".")
+        if not all(n.isdigit() for n in nums):
+            return None
+        ints = [int(n) for n in nums]
+        if text[0] == "^":
+            i = next((k for k, n in enumerate(ints) if n != 0), len(ints) - 1)
+        else:
+            i = 0 if len(ints) == 1 else 1
+        upper = [*ints[:i], ints[i] + 1]
+        return f">={base},<{'.'.join(map(str, upper))}"
+    if text[0].isdigit():
+        return f"=={text}"
+    parts = [p.strip() for p in text.replace(",", " ").split() if p.strip()]
+    spec = ",".join(parts)
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None
+    return spec
+
+
+def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
+    """Record what `rel` says; when it is the entry, its dependencies are installed."""
+    data = load_toml(root / rel, rel)
+    pep621 = _table(data, "project")
+    poetry = _table(data, "tool", "poetry")
+    uv = _table(data, "tool", "uv")
+    kinds = [k for k, t in (("PEP 621", pep621), ("poetry", poetry), ("uv", uv)) if t]
+    if _table(data, "tool", "pdm"):
+        kinds.append("PDM")
+    project.sources.append(f"{rel} ({', '.join(kinds) or 'no dependencies'})")
+    here = str(Path(rel).parent) if "/" in rel else ""
+    if "build-system" in data and entry and here == "":
+        project.install_project = True
+    requires = pep621.get("requires-python")
+    if isinstance(requires, str):
+        project.set_python(requires, f"{rel} requires-python")
+    deps = pep621.get("dependencies")
+    texts = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
+    if entry:
+        read_requirement_texts(texts, rel, project)
+        groups = sorted(_table(pep621, "optional-dependencies"))
+        if groups:
+            project.notes.append(
+                f"{rel}: optional dependency groups not installed: {', '.join(groups)}"
+            )
+    if poetry:
+        _poetry(rel, poetry, project, entry)
+    _indexes(rel, data, project)
+
+
+def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> None:
+    sources: dict[Any, str] = {
+        s.get("name"): str(s["url"])
+        for s in poetry.get("source", [])
+        if isinstance(s, dict) and isinstance(s.get("url"), str)
+    }
+    for url in sources.values():
+        if url not in project.indexes:
+            project.indexes.append(url)
+    texts: list[str] = []
+    for name, value in _table(poetry, "dependencies").items():
+        where = f"{rel} [tool.poetry.dependencies] {name}"
+        table = value if isinstance(value, dict) else {"version": value}
+        if name == "python":
+            spec = poetry_spec(str(table.get("version", "")))
+            if spec is None:
+                project.not_understood.append(f"{where}: {value!r} is not understood")
+            elif spec:
+                project.set_python(spec, where)
+            continue
+        if "path" in table:
+            project.locals.append(
+                LocalInstall(str(table["path"]), bool(table.get("develop")), where)
+            )
+            continue
+        if "git" in table:
+            ref = f"@{table['rev']}" if "rev" in table else ""
+            texts.append(f"{name} @ git+{table['git']}{ref}")
+            continue
+        if "url" in table:
+            texts.append(f"{name} @ {table['url']}")
+            continue
+        spec = poetry_spec(str(table.get("version", "*")))
+        if spec is None:
+            project.not_understood.append(f"{where}: {value!r} is not understood")
+            continue
+        extras = table.get("extras")
+        extra = f"[{','.join(extras)}]" if isinstance(extras, list) and extras else ""
+        texts.append(f"{name}{extra}{spec}")
+        source = sources.get(table.get("source"))
+        if canonicalize_name(name) == "torch" and source:
+            project.torch_index = source
+            project.set_variant(variant_of_url(source), f"{where} (source {source})")
+    if entry:
+        read_requirement_texts(texts, f"{rel} [tool.poetry]", project)
+    groups = sorted(_table(poetry, "group"))
+    if groups:
+        project.notes.append(f"{rel}: poetry groups not installed: {', '.join(groups)}")
+
+
+def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
+    """uv indexes and sources, PDM sources: the index torch comes from names its variant."""
+    uv = _table(data, "tool", "uv")
+    named: dict[str, str] = {}
+    for index in [*uv.get("index", []), *_table(data, "tool", "pdm").get("source", [])]:
+        if isinstance(index, dict) and isinstance(index.get("url"), str):
+            named[str(index.get("name", ""))] = index["url"]
+            if index["url"] not in project.indexes:
+                project.indexes.append(index["url"])
+    for name, value in _table(uv, "sources").items():
+        where = f"{rel} [tool.uv.sources] {name}"
+        entries = value if isinstance(value, list) else [value]
+        for source in entries:
+            if not isinstance(source, dict) or not _on_linux(source.get("marker")):
+                continue
+            if "path" in source:
+                project.locals.append(
+                    LocalInstall(str(source["path"]), bool(source.get("editable")), where)
+                )
+            elif "index" in source and canonicalize_name(name) == "torch":
+                url = named.get(str(source["index"]))
+                if url is None:
+                    project.not_understood.append(f"{where}: index {source['index']!r} not defined")
+                    continue
+                project.torch_index = project.torch_index or url
+                project.set_variant(variant_of_url(url), f"{where} ({url})")
+            elif "workspace" in source:
+                project.not_understood.append(f"{where}: uv workspace member not installed")
+    for url in named.values():
+        project.set_variant(variant_of_url(url), f"{rel} index {url}")
+    local_names = {
+        canonicalize_name(name)
+        for name, value in _table(uv, "sources").items()
+        if isinstance(value, dict) and ("path" in value or "workspace" in value)
+    }
+    if local_names:  # installed from the tree, not from an index
+        project.deps = [d for d in project.deps if d.name not in local_names]
+        project.inline = [t for t in project.inline if _name_of(t) not in local_names]
+
+
+def _on_linux(marker: object) -> bool:
+    """Does a uv source's marker hold inside a Linux x86_64 container?"""
+    if not isinstance(marker, str):
+        return True
+    from packaging.markers import InvalidMarker, Marker
+
+    env = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+    try:
+        return Marker(marker).evaluate(env)
+    except InvalidMarker:
+        return True
+
+
+def _name_of(text: str) -> str:
+    from packaging.requirements import Requirement
+
+    return canonicalize_name(Requirement(text).name)

@@ -1,0 +1,228 @@
+"""The project's word against the catalog: its torch pin (local version included), CUDA
+variant, Python range and torchvision / torchaudio pins win where the catalog has such a
+build; a conflict is refused naming the nearest combination, or warned saying what changed.
+
+The catalog rows come from the caller (`gpulaunch versions` rows), so this package stays
+below `gpulaunch.image`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.project.model import Project
+
+
+class Row(Protocol):
+    @property
+    def torch(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def cuda(self) -> str | None: ...
+    @property
+    def python_min(self) -> str: ...
+    @property
+    def python_max(self) -> str: ...
+    @property
+    def torchvision(self) -> str | None: ...
+    @property
+    def torchaudio(self) -> str | None: ...
+    @property
+    def confidence(self) -> str: ...
+
+
+@dataclass
+class Choice:
+    torch: str | None = None
+    cuda: str | None = None  # "11.8" or "cpu"; None: the catalog's default
+    python: str | None = None
+    extras: list[str] = field(default_factory=list)  # torchvision/torchaudio at the catalog pairing
+    pins: dict[str, str] = field(default_factory=dict)  # project pins kept over the pairing
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _spec(text: str, what: str) -> SpecifierSet:
+    """A specifier for matching catalog releases: local labels (+cu118) are the variant's
+    business, so they are left out here."""
+    parts = [p.split("+", 1)[0] for p in text.split(",") if p.strip()]
+    try:
+        return SpecifierSet(",".join(parts))
+    except InvalidSpecifier:
+        raise ConfigError(f"{what}: cannot understand the specifier {text!r}") from None
+
+
+def _pythons(row: Row) -> list[str]:
+    lo, hi = Version(row.python_min), Version(row.python_max)
+    return [f"3.{m}" for m in range(lo.minor, hi.minor + 1) if lo.major == 3]
+
+
+def cuda_of_variant(variant: str) -> str | None:
+    if variant == "cpu":
+        return "cpu"
+    if variant.startswith("cu") and variant[2:].isdigit():
+        return f"{variant[2:-1]}.{variant[-1]}"
+    return None
+
+
+def _versions(rows: Sequence[Row]) -> str:
+    return ", ".join(sorted({r.torch for r in rows}, key=Version)[-6:])
+
+
+def reconcile(
+    project: Project,
+    rows: Sequence[Row],
+    *,
+    torch: str | None,
+    cuda: str | None,
+    python: str | None,
+    default_python: Callable[[str, str | None], str],
+) -> Choice:
+    """Choose torch / CUDA / Python for `init` from flags, then the project, then defaults."""
+    choice = Choice()
+    pin = project.pin("torch")
+    rows = list(rows)
+    everything = rows
+    if pin is not None and pin.specifier and torch is None:
+        spec = _spec(pin.specifier, f"{pin.where} torch")
+        rows = [r for r in rows if Version(r.torch) in spec]
+        if not rows:
+            raise ConfigError(
+                f"{pin.where}: no torch release in the catalog matches torch{pin.specifier}; "
+                f"known: {_versions(everything)}"
+            )
+        choice.notes.append(f"torch pin found in {pin.where}: torch{pin.specifier}")
+    elif torch is not None:
+        if torch != "none":
+            rows = [r for r in rows if r.torch == torch or r.torch.startswith(torch + ".")] or rows
+        if (
+            pin is not None
+            and pin.specifier
+            and torch != "none"
+            and not any(Version(r.torch) in _spec(pin.specifier, "torch") for r in rows)
+        ):
+            choice.warnings.append(
+                f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
+            )
+    variant = _variant(project, cuda, choice)
+    if variant is not None:
+        with_variant = [r for r in rows if r.variant == variant]
+        if not with_variant:
+            builds = sorted({r.variant for r in rows})
+            newest = max(rows, key=lambda r: Version(r.torch)) if rows else None
+            nearest = f"torch {newest.torch}+{builds[-1]}" if newest and builds else "none"
+            raise ConfigError(
+                f"{project.variant_where or '--cuda'}: the catalog has no {variant} build of "
+                f"torch {_versions(rows) or '?'} (builds: {', '.join(builds)}); "
+                f"nearest: {nearest} (pass --cuda to choose)"
+            )
+        rows = with_variant
+    rows = _python_rows(project, rows, python, choice)
+    rows = _companion_rows(project, rows, choice)
+    trusted = [r for r in rows if r.confidence != "low"] or rows
+    best = max(trusted, key=lambda r: Version(r.torch))
+    if pin is not None or torch is not None:
+        choice.torch = best.torch if torch != "none" else None
+    if variant is not None:
+        choice.cuda = cuda_of_variant(variant)
+    choice.python = _pick_python(project, best, python, default_python(best.torch, choice.cuda))
+    _companions(project, best, choice)
+    return choice
+
+
+def _variant(project: Project, cuda: str | None, choice: Choice) -> str | None:
+    if cuda is not None:
+        if project.variant and cuda_of_variant(project.variant) not in (cuda, None):
+            choice.warnings.append(
+                f"--cuda {cuda} overrides the project's {project.variant} ({project.variant_where})"
+            )
+        return None  # the flag is checked by the resolver, with its own message
+    if project.variant is None:
+        return None
+    if project.variant.startswith("rocm"):
+        raise ConfigError(
+            f"{project.variant_where}: ROCm builds ({project.variant}) are not supported; "
+            "pass --cuda to choose a CUDA or CPU build"
+        )
+    choice.notes.append(f"PyTorch build found in {project.variant_where}: {project.variant}")
+    return project.variant
+
+
+def _python_rows(
+    project: Project, rows: list[Row], python: str | None, choice: Choice
+) -> list[Row]:
+    if python is not None or not project.python_spec:
+        return rows
+    spec = _spec(project.python_spec, project.python_where or "requires-python")
+    fitting = [r for r in rows if any(Version(p) in spec for p in _pythons(r))]
+    if fitting:
+        return fitting
+    ranges = sorted({f"{r.python_min}-{r.python_max}" for r in rows})
+    everything = f"torch {_versions(rows)}"
+    raise ConfigError(
+        f"{project.python_where}: Python {project.python_spec} is outside what {everything} "
+        f"supports (Python {', '.join(ranges)}); pass --python, or pin a torch that supports it"
+    )
+
+
+def _pick_python(project: Project, row: Row, python: str | None, default: str) -> str | None:
+    if python is not None:
+        return python
+    if not project.python_spec:
+        return None
+    spec = _spec(project.python_spec, project.python_where or "requires-python")
+    if Version(default) in spec:
+        return None
+    fitting = [p for p in _pythons(row) if Version(p) in spec]
+    return min(
+        fitting, key=lambda p: (abs(Version(p).minor - Version(default).minor), -Version(p).minor)
+    )
+
+
+def _companion_rows(project: Project, rows: list[Row], choice: Choice) -> list[Row]:
+    for name in ("torchvision", "torchaudio"):
+        dep = project.pin(name)
+        if dep is None or not dep.specifier or _exact(dep.specifier):
+            continue
+        spec = _spec(dep.specifier, f"{dep.where} {name}")
+        fitting = [r for r in rows if getattr(r, name) and Version(getattr(r, name)) in spec]
+        if not fitting:
+            raise ConfigError(
+                f"{dep.where}: {name}{dep.specifier} matches no {name} paired with torch "
+                f"{_versions(rows)} in the catalog; pin torch and {name} from `gpulaunch versions`"
+            )
+        rows = fitting
+    return rows
+
+
+def _exact(spec: str) -> str | None:
+    if spec.startswith("==") and "," not in spec and "*" not in spec:
+        return spec[2:].split("+", 1)[0]
+    return None
+
+
+def _companions(project: Project, row: Row, choice: Choice) -> None:
+    for name in ("torchvision", "torchaudio"):
+        dep = project.pin(name)
+        if dep is None:
+            continue
+        paired = getattr(row, name)
+        exact = _exact(dep.specifier)
+        if exact is not None and exact != paired:
+            choice.pins[name] = exact
+            what = f"the catalog's pairing {paired}" if paired else "no pairing in the catalog"
+            choice.warnings.append(
+                f"{name} {exact} (the project's pin, {dep.where}) is installed with torch "
+                f"{row.torch} instead of {what}"
+            )
+        elif paired:
+            choice.extras.append(name)
+        else:
+            choice.notes.append(f"{name}: no release known for torch {row.torch}; left to pip")

@@ -1,0 +1,280 @@
+"""pip requirements files, read the way pip reads them (pip's own line rules), with
+`packaging` parsing each requirement: `-r`/`-c` includes relative to the including file,
+index options, `--hash` continuations, direct URLs, local and editable installs, a BOM.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.project.model import (
+    TORCH_FAMILY,
+    Dep,
+    LocalInstall,
+    Project,
+    ReqFile,
+    variant_of_url,
+    variant_of_version,
+    wheel_name,
+)
+
+_INCLUDE = {"-r": "r", "--requirement": "r", "-c": "c", "--constraint": "c"}
+_EDITABLE = ("-e", "--editable")
+_INDEX = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
+# Options pip accepts in a file that change nothing gpulaunch decides.
+_IGNORED = (
+    "--pre",
+    "--prefer-binary",
+    "--no-binary",
+    "--only-binary",
+    "--trusted-host",
+    "--use-feature",
+    "--hash",
+    "--config-settings",
+    "--global-option",
+    "--no-index",
+    "--require-hashes",
+)
+_VALUED = _IGNORED[2:9]  # the ignored options that take a value
+_REQ_SUFFIXES = (".txt", ".in", ".pip")
+
+
+@dataclass(frozen=True)
+class Line:
+    first: int  # physical line numbers, 1-based, inclusive
+    last: int
+    text: str
+
+
+def read_text(path: Path, shown: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8-sig")  # a BOM is not part of the first line
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{shown}: cannot read: {err}") from None
+
+
+def logical_lines(text: str) -> list[Line]:
+    """pip's rules: a trailing backslash joins lines; `#` at the start or after whitespace
+    starts a comment."""
+    out: list[Line] = []
+    buf: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not buf:
+            start = number
+        if raw.endswith("\\"):
+            buf.append(raw[:-1])
+            continue
+        buf.append(raw)
+        joined = _strip_comment(" ".join(buf)).strip()
+        buf = []
+        if joined:
+            out.append(Line(start, number, joined))
+    if buf:
+        joined = _strip_comment(" ".join(buf)).strip()
+        if joined:
+            out.append(Line(start, start + len(buf) - 1, joined))
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    if line.lstrip().startswith("#"):
+        return ""
+    for i, char in enumerate(line):
+        if char == "#" and i > 0 and line[i - 1] in " \t":
+            return line[:i]
+    return line
+
+
+def _split_options(text: str) -> tuple[str, list[str]]:
+    """pip's split: the requirement is everything before the first token starting with `-`."""
+    words = text.split()
+    for i, word in enumerate(words):
+        if word.startswith("-"):
+            return " ".join(words[:i]), shlex.split(" ".join(words[i:]))
+    return text, []
+
+
+def _option_pairs(tokens: list[str]) -> list[tuple[str, str | None]]:
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.startswith("--") and "=" in token:
+            name, value = token.split("=", 1)
+            pairs.append((name, value))
+        elif len(token) > 2 and token[:2] in ("-r", "-c", "-e", "-i", "-f") and token[1] != "-":
+            pairs.append((token[:2], token[2:].strip()))
+        elif token in (*_INCLUDE, *_EDITABLE, *_INDEX) or token in _VALUED:
+            pairs.append((token, tokens[i + 1] if i + 1 < len(tokens) else None))
+            i += 1
+        else:
+            pairs.append((token, None))
+        i += 1
+    return pairs
+
+
+def _looks_local(arg: str) -> bool:
+    if arg.startswith(("file:", "./", "../", "/", "~")) or arg in (".", ".."):
+        return True
+    lower = arg.lower()
+    return lower.endswith((".whl", ".zip", ".tar.gz", ".tgz")) and "://" not in arg
+
+
+class _Reader:
+    def __init__(self, root: Path, project: Project) -> None:
+        self.root = root.resolve()
+        self.project = project
+        self.seen: set[str] = set()
+
+    def rel(self, path: Path) -> str:
+        return path.resolve().relative_to(self.root).as_posix()
+
+    def inside(self, base: Path, target: str, where: str) -> Path | None:
+        path = (base / target).resolve()
+        if not path.is_relative_to(self.root):
+            self.project.not_understood.append(f"{where}: {target!r} is outside the project")
+            return None
+        return path
+
+    def read(self, path: Path, role: str = "r") -> None:
+        rel = self.rel(path)
+        if rel in self.seen:
+            return
+        self.seen.add(rel)
+        if not path.is_file():
+            raise ConfigError(f"{rel}: included requirements file not found")
+        record = ReqFile(rel)
+        self.project.files.append(record)
+        for line in logical_lines(read_text(path, rel)):
+            self.line(path, rel, line, record, role)
+
+    def line(self, path: Path, rel: str, line: Line, record: ReqFile, role: str) -> None:
+        where = f"{rel}:{line.first}"
+        req_text, tokens = _split_options(line.text)
+        pairs = _option_pairs(tokens)
+        for name, value in pairs:
+            if name in _INCLUDE and value:
+                if "://" in value:
+                    self.project.not_understood.append(f"{where}: remote include {value} not read")
+                    continue
+                target = self.inside(path.parent, value, where)
+                if target is not None:
+                    self.read(target, _INCLUDE[name])
+            elif name in _EDITABLE and value:
+                self.local(value, True, where, record, line)
+            elif name in _INDEX and value:
+                self.index(value, where)
+            elif name not in (*_IGNORED, *_INCLUDE, *_EDITABLE, *_INDEX):
+                self.project.not_understood.append(f"{where}: option {name} ignored")
+        if req_text:
+            self.requirement(req_text, where, record, line, role, hashed=bool(pairs))
+
+    def index(self, url: str, where: str) -> None:
+        if url not in self.project.indexes:
+            self.project.indexes.append(url)
+        self.project.set_variant(variant_of_url(url), f"{where} ({url})")
+
+    def local(self, arg: str, editable: bool, where: str, record: ReqFile, line: Line) -> None:
+        if "://" in arg and not arg.startswith("file:"):
+            # `-e git+https://...#egg=name`: a VCS requirement, installed as one
+            self.requirement(arg, where, record, line, "r", hashed=False)
+            return
+        target = arg.removeprefix("file:").split("#", 1)[0].split("[", 1)[0]
+        path = self.inside(self.root, target or ".", where)
+        record.drop.append((line.first, line.last))
+        if path is None:
+            return
+        rel = path.relative_to(self.root).as_posix() if path != self.root else "."
+        self.project.locals.append(LocalInstall(rel, editable, where))
+
+    def requirement(
+        self, text: str, where: str, record: ReqFile, line: Line, role: str, hashed: bool
+    ) -> None:
+        if _looks_local(text):
+            self.local(text, False, where, record, line)
+            return
+        if "://" in text and "@" not in text.split("://", 1)[0]:
+            text = _bare_url(text)
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as err:
+            reason = f"{where}: {text!r} is not a requirement ({_first_line(err)})"
+            self.project.not_understood.append(reason)
+            return
+        if role == "c":
+            return  # constraints limit versions; they install nothing
+        name = canonicalize_name(req.name)
+        spec = str(req.specifier)
+        if req.url:
+            wheel = wheel_name(req.url)
+            if wheel is not None and wheel[0] == name:
+                spec = f"=={wheel[1]}"
+                if name == "torch" and wheel[2].startswith("cp"):
+                    digits = wheel[2][2:]
+                    self.project.set_python(f"=={digits[0]}.{digits[1:]}.*", f"{where} (wheel)")
+            self.project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")
+            if name in TORCH_FAMILY:
+                record.drop.append((line.first, line.last))  # gpulaunch installs torch itself
+        if name == "torch":
+            self.project.set_variant(variant_of_version(spec), f"{where} (torch{spec})")
+        self.project.deps.append(Dep(name, str(req), spec, req.url, where))
+
+
+def _bare_url(url: str) -> str:
+    """`git+https://host/x.git#egg=name` / a wheel URL -> `name @ url` for packaging."""
+    wheel = wheel_name(url)
+    if wheel is not None:
+        return f"{wheel[0]} @ {url}"
+    fragment = url.split("#", 1)[1] if "#" in url else ""
+    for part in fragment.split("&"):
+        if part.startswith("egg="):
+            return f"{part[4:]} @ {url}"
+    return url
+
+
+def read_requirements(root: Path, entry: str, project: Project) -> None:
+    """Read `entry` and everything it includes into `project` (files, deps, locals)."""
+    reader = _Reader(root, project)
+    path = reader.inside(root, entry, entry)
+    if path is None:
+        raise ConfigError(f"image.requirements: {entry!r} points outside the project")
+    reader.read(path)
+
+
+def read_requirement_texts(texts: list[str], where: str, project: Project) -> None:
+    """PEP 508 strings from pyproject/setup.cfg/Pipfile/conda: deps, locals, variants."""
+    for text in texts:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as err:
+            reason = f"{where}: {text!r} is not a requirement ({_first_line(err)})"
+            project.not_understood.append(reason)
+            project.invalid.append(reason)
+            continue
+        name = canonicalize_name(req.name)
+        spec = str(req.specifier)
+        if req.url and req.url.startswith("file:"):
+            target = req.url.removeprefix("file:").lstrip("/") or "."
+            project.locals.append(LocalInstall(PurePosixPath(target).as_posix(), False, where))
+            continue
+        if req.url:
+            project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")
+        if name == "torch":
+            project.set_variant(variant_of_version(spec), f"{where} (torch{spec})")
+        project.deps.append(Dep(name, text.strip(), spec, req.url, where))
+        project.inline.append(text.strip())
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def is_requirements_name(name: str) -> bool:
+    return name.endswith(_REQ_SUFFIXES)
