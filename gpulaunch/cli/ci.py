@@ -149,3 +149,41 @@ def _finish(result: Any, as_json: bool, junit_path: Path | None) -> None:
     if result.outcome == "timeout":
         code = int(ExitCode.TIMEOUT)
     raise typer.Exit(code)
+
+
+_MARKS = {"ok": "✓", "warn": "!", "fail": "✗"}
+
+
+@app.command()
+@handle_errors
+def doctor(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,
+    shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.
+
+    With a gpulaunch.yaml (./ or --config) the driver and GPUs are checked against its image.
+    """
+    from gpulaunch.ci.doctor import run_doctor
+
+    cfg = None
+    if config is not None or (Path.cwd() / "gpulaunch.yaml").is_file():
+        cfg, _ = _load(config, sets)
+    report = run_doctor(_engine(), cfg)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("", "check", "status", "fix", box=None)
+        for check in report.checks:
+            table.add_row(_MARKS[check.status], check.name, check.detail, check.fix)
+        wide = not sys.stdout.isatty()
+        for column in table.columns:
+            column.no_wrap = wide
+            column.overflow = "ignore" if wide else "fold"
+        Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+    raise typer.Exit(1 if report.failed else 0)
