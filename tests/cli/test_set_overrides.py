@@ -50,9 +50,7 @@ def test_set_changes_the_build_tag_and_the_run_plan(runner: CliRunner, project: 
         return str(json.loads(out.stdout)["tag"])
 
     assert tag() != tag("--set", "image.torch=2.5.1")
-    run = runner.invoke(
-        app, ["run", "train.py", "--dry-run", "--json", "--set", "launch.nproc=3"]
-    )
+    run = runner.invoke(app, ["run", "train.py", "--dry-run", "--json", "--set", "launch.nproc=3"])
     assert run.exit_code == 0, run.output
     assert json.loads(run.stdout)["run"]["nproc"] == 3
 
