@@ -7,6 +7,7 @@ that need a config so `gpulaunch --help` stays fast.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
@@ -378,9 +379,51 @@ def validate_data(data: Any, source: str = CONFIG_NAME) -> ProjectConfig:
         raise ConfigError(validation_message(err)) from None
 
 
-def load_config(path: Path) -> ProjectConfig:
-    """Load and validate gpulaunch.yaml; every problem is a one-line ConfigError."""
-    return validate_data(read_yaml_file(path), str(path.name))
+def load_config(path: Path, overrides: Sequence[str] = ()) -> ProjectConfig:
+    """Load and validate gpulaunch.yaml; every problem is a one-line ConfigError.
+
+    `overrides` are `--set dotted.path=value` items, applied before validation."""
+    data = read_yaml_file(path)
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return validate_data(data, str(path.name))
+
+
+_SET_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
+    """`--set image.torch=2.5.1` (repeatable): each dotted path is set in the raw config,
+    creating mappings on the way, so the schema checks it like a value in the file and its
+    errors name the same field paths. Values are YAML scalars or flow lists without floats
+    ("2.10" stays "2.10"; `[torchvision]`, `4`, `true`, `null` work)."""
+    from gpulaunch.yamlio import parse_yaml_text
+
+    if not isinstance(data, dict):
+        return data
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set: {item!r} is not PATH=VALUE (e.g. image.torch=2.5.1)")
+        keys = path.strip().split(".")
+        if not all(_SET_KEY.fullmatch(key) for key in keys):
+            raise ConfigError(f"--set: {path!r} is not a dotted path like image.torch")
+        try:
+            single_line(text)
+        except ValueError as err:
+            raise ConfigError(f"--set {path}: {text!r} {err}") from None
+        value = parse_yaml_text(text, f"--set {path}") if text.strip() else ""
+        node = data
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                where = ".".join(keys[: depth + 1])
+                raise ConfigError(f"--set: {where} is not a mapping; cannot set {path}")
+            node = child
+        node[keys[-1]] = value
+    return data
 
 
 def find_config(explicit: Path | None, cwd: Path) -> Path:

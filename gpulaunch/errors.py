@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad flags, bad config, impossible version combination
     ENGINE = 3  # Docker engine missing, unreachable or refusing a request
     BUILD = 4  # image build failed
+    TIMEOUT = 124  # `smoke --timeout` expired (as GNU timeout(1) reports it)
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 

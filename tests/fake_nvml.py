@@ -30,6 +30,7 @@ class FakeGpu:
     name: str = H100
     nvlinks: list[int] = field(default_factory=list)  # state per link; past the end: error
     brand: int = 2  # nvmlDeviceGetBrand: NVML_BRAND_TESLA (datacenter); 5 GeForce, 14 NVIDIA
+    memory: int = 80 * 2**30  # nvmlDeviceGetMemoryInfo(...).total, bytes
 
 
 def gpus(*names: str) -> list[FakeGpu]:
@@ -125,6 +126,10 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetCpuAffinity(self, handle: int, words: int) -> list[int]:
         return [self.devices[handle].cpu_mask] + [0] * (words - 1)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        total = self.devices[handle].memory
+        return types.SimpleNamespace(total=total, free=total, used=0)
 
     def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
         states = self.devices[handle].nvlinks

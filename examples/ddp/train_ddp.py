@@ -1,12 +1,16 @@
 """DDP example: one process per GPU (torchrun starts them); gloo on CPU, nccl on GPU.
 
 Each rank contributes rank+1 to an all-reduce; the sum must be n(n+1)/2 everywhere.
+Under `gpulaunch smoke` (GPULAUNCH_SMOKE=1) it trains GPULAUNCH_SMOKE_STEPS steps, not 20.
 """
 
 import os
 
 import torch
 import torch.distributed as dist
+
+SMOKE = os.environ.get("GPULAUNCH_SMOKE") == "1"
+STEPS = int(os.environ.get("GPULAUNCH_SMOKE_STEPS", "2")) if SMOKE else 20
 
 
 def main() -> None:
@@ -27,12 +31,15 @@ def main() -> None:
         torch.nn.Linear(8, 1).to(device), device_ids=[local_rank] if use_cuda else None
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for _ in range(20):
+    for _ in range(STEPS):
         opt.zero_grad()
         loss = model(torch.randn(32, 8, device=device)).pow(2).mean()
         loss.backward()
         opt.step()
-    print(f"rank {rank}/{world} all_reduce={value.item():.0f} expected={expected:.0f} ok")
+    print(
+        f"rank {rank}/{world} all_reduce={value.item():.0f} expected={expected:.0f} "
+        f"steps={STEPS} ok"
+    )
     dist.destroy_process_group()
 
 

@@ -195,7 +195,17 @@ ConfigOpt = Annotated[
 ]
 
 
-def _load(config: Path | None) -> tuple[Any, Path]:
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="PATH=VALUE",
+        help="Override a gpulaunch.yaml value, e.g. --set image.torch=2.5.1 (repeatable).",
+    ),
+]
+
+
+def _load(config: Path | None, sets: list[str] | None = None) -> tuple[Any, Path]:
     from gpulaunch.config import find_config, load_config
 
     path = find_config(config, Path.cwd())
@@ -206,7 +216,7 @@ def _load(config: Path | None) -> tuple[Any, Path]:
             f"--config: {str(config)!r} not found; if that option was meant for your script, "
             "put it after `--` (gpulaunch run train.py -- -c ...)"
         )
-    return load_config(path), path.resolve().parent
+    return load_config(path, sets or ()), path.resolve().parent
 
 
 def _engine() -> Any:

@@ -16,6 +16,7 @@ import typer
 from gpulaunch.cli.app import (
     ConfigOpt,
     NetworkOpt,
+    SetOpt,
     _check_network,
     _engine,
     _err,
@@ -101,13 +102,14 @@ def render(
         typer.Option(help="buildkit or classic (default: what `build` would use)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing output file.")] = False,
+    sets: SetOpt = None,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
     kind = _builder_choice(builder)
-    cfg, project = _load(config)
+    cfg, project = _load(config, sets)
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan)
     for warning in plan.resolved.warnings:
@@ -207,6 +209,7 @@ def build(
         bool, typer.Option("--dry-run", help="Print the docker build command; no daemon.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+    sets: SetOpt = None,
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.engine.docker_api import Engine
@@ -214,7 +217,7 @@ def build(
 
     _check_network(network)
     kind = _builder_choice(builder)
-    cfg, project = _load(config)
+    cfg, project = _load(config, sets)
     opts = BuildOptions(
         network=network,
         rebuild=rebuild,

@@ -13,6 +13,7 @@ from typer.core import TyperCommand
 from gpulaunch.cli.app import (
     ConfigOpt,
     NetworkOpt,
+    SetOpt,
     _check_network,
     _check_single_line,
     _engine,
@@ -96,6 +97,7 @@ def run(
         bool, typer.Option("--dry-run", help="Print the plan and docker commands; no daemon.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+    sets: SetOpt = None,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -136,7 +138,7 @@ def run(
             raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
     elif tail is not None:
         rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
-    cfg, project = _load(config)
+    cfg, project = _load(config, sets)
     opts = RunOptions(
         script=script,
         args=rest,

@@ -113,6 +113,17 @@ class Engine:
         except DockerException as err:
             raise EngineError(f"cannot list the engine's networks: {_short(err)}") from None
 
+    def facts(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """`docker version`, `docker info` and the local image tags (for `doctor`)."""
+        from docker.errors import DockerException
+
+        try:
+            client = self.client()
+            tags = [t for image in client.images.list() for t in image.tags]
+            return dict(client.version()), dict(client.info()), tags
+        except DockerException as err:
+            raise EngineError(f"cannot read the engine's version and info: {_short(err)}") from None
+
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
         """A docker CLI that can build with BuildKit, or None (then the SDK's classic builder)."""

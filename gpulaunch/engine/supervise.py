@@ -75,11 +75,14 @@ def supervise(
     err: BinaryIO,
     warn: Callable[[str], None],
     on_started: Callable[[Any], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Run the plan's container to completion; return the exit code gpulaunch should exit with.
 
     The job's stdout goes to `out` and its stderr to `err`, kept apart as `docker run` keeps
     them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
+    `stop`, when set by the caller (a smoke run's timeout), stops the job as a first signal
+    would (SIGTERM, SIGKILL after the stop timeout) and the job's own exit code is returned.
     """
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
@@ -108,7 +111,7 @@ def supervise(
         graceful_sent = forced = False
         while not finished.is_set():
             stopper.event.wait(0.2)
-            if stopper.count and not graceful_sent:
+            if (stopper.count or (stop is not None and stop.is_set())) and not graceful_sent:
                 graceful_sent = True
                 _signal(container, "SIGTERM")
                 timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))

@@ -6,6 +6,7 @@ see the job when it starts and when it ends, so none of them has to copy this se
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +106,17 @@ def start_detached(job: Job, engine: Any, io: JobIO, observers: Sequence[Observe
     return str(job.container.name)
 
 
-def run_attached(job: Job, engine: Any, io: JobIO, observers: Sequence[Observer] = ()) -> int:
-    """Start the container, stream its output, forward signals; return the exit code."""
+def run_attached(
+    job: Job,
+    engine: Any,
+    io: JobIO,
+    observers: Sequence[Observer] = (),
+    stop: threading.Event | None = None,
+) -> int:
+    """Start the container, stream its output, forward signals; return the exit code.
+
+    Setting `stop` (smoke's timeout) stops the job as SIGTERM would, SIGKILL after the
+    stop timeout; the container is removed on every path."""
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.engine.supervise import supervise
 
@@ -118,7 +128,13 @@ def run_attached(job: Job, engine: Any, io: JobIO, observers: Sequence[Observer]
         _tell(observers, "started", job)
 
     job.code = supervise(
-        engine, job.plan.run, out=io.out, err=io.err, warn=io.say, on_started=on_started
+        engine,
+        job.plan.run,
+        out=io.out,
+        err=io.err,
+        warn=io.say,
+        on_started=on_started,
+        stop=stop,
     )
     _tell(observers, "finished", job)
     return job.code

@@ -1,0 +1,324 @@
+"""`gpulaunch doctor`: what a freshly rented GPU box (or a CI runner) lacks, with the fix.
+
+Each check is one line: ok, warn or fail, what was seen, and for anything not ok a concrete
+fix. The inputs are injectable: NVML through the `pynvml` module (tests install
+tests/fake_nvml.py), sysfs through GPULAUNCH_SYSFS_ROOT, the engine through DOCKER_HOST. A
+configured project (gpulaunch.yaml) adds the checks against its image: the driver rule of
+its base image, and its torch build's GPU architectures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, runtime_error
+from gpulaunch.errors import GpulaunchError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+MIN_API = (1, 40)  # DeviceRequests (--gpus) arrived with API 1.40 (Docker 19.03)
+SHM_MIN = 1 << 30
+GIB = 1 << 30
+# Rough size of an image by flavor, for the free-disk check (CUDA runtime + torch wheels ~8 GB).
+IMAGE_GIB = {"cpu": 2, "runtime": 10, "devel": 14, "ngc": 22}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(c.status == FAIL for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": not self.failed, "checks": [asdict(c) for c in self.checks]}
+
+
+def run_doctor(engine: Any, config: Any | None, env: Mapping[str, str] | None = None) -> Report:
+    environ = dict(os.environ if env is None else env)
+    checks: list[Check] = []
+    facts = _engine_checks(engine, config, checks)
+    resolved = _resolve(config, checks)
+    _gpu_checks(resolved, environ, checks)
+    checks.append(_shm_check())
+    checks.append(_disk_check(facts, config, resolved, engine.host))
+    checks.append(_numa_check(environ))
+    return Report(tuple(checks))
+
+
+# -- the engine ------------------------------------------------------------------------------
+def _engine_checks(engine: Any, config: Any | None, checks: list[Check]) -> dict[str, Any]:
+    where = engine.host + (" (DOCKER_HOST)" if engine.env.get("DOCKER_HOST") else "")
+    try:
+        version, info, tags = engine.facts()
+    except GpulaunchError as err:
+        fix = "start dockerd (systemctl start docker), or point DOCKER_HOST at a running engine"
+        checks.append(Check("engine", FAIL, err.message, fix))
+        return {}
+    checks.append(Check("engine", OK, f"reachable at {where}"))
+    api = str(version.get("ApiVersion", "?"))
+    detail = f"Docker {version.get('Version', '?')}, API {api}"
+    if _vt(api) >= MIN_API:
+        checks.append(Check("API version", OK, detail))
+    else:
+        fix = "upgrade Docker to 19.03 or newer (GPU requests need API 1.40)"
+        checks.append(Check("API version", FAIL, detail, fix))
+    cli = engine.docker_cli()
+    if cli is None:
+        fix = "install the docker buildx plugin (docker-buildx-plugin); classic builds work"
+        checks.append(Check("BuildKit", WARN, "no BuildKit client: classic builder only", fix))
+    elif cli.mode == "buildx":
+        checks.append(Check("BuildKit", OK, f"docker buildx ({cli.path})"))
+    else:
+        checks.append(Check("BuildKit", OK, f"built-in, DOCKER_BUILDKIT=1 ({cli.path})"))
+    checks.append(_runtime_check(engine, info, tags, config))
+    return dict(info)
+
+
+def _runtime_check(engine: Any, info: dict[str, Any], tags: list[str], config: Any) -> Check:
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    cdi = [str(d) for d in info.get("CDISpecDirs") or []]
+    named = "nvidia" in runtimes
+    preferred = [f"{config.name}:latest"] if config is not None else []
+    image = next((t for t in [*preferred, *tags] if t in tags), None)
+    if image is None:
+        how = "nvidia runtime registered" if named else "not probed"
+        status = OK if named else WARN
+        fix = "" if named else "build an image (gpulaunch build), then rerun doctor to probe --gpus"
+        return Check("NVIDIA runtime", status, f"{how}; no local image to probe with", fix)
+    why = runtime_error(engine, image, "doctor")
+    if why is not None:
+        return Check("NVIDIA runtime", FAIL, why, NO_RUNTIME_FIX)
+    how = "nvidia runtime" if named else ("CDI " + ",".join(cdi) if cdi else "device hook")
+    return Check("NVIDIA runtime", OK, f"GPU requests accepted ({how}; probed with {image})")
+
+
+# -- driver and GPUs -----------------------------------------------------------------------
+def _resolve(config: Any | None, checks: list[Check]) -> Any:
+    if config is None:
+        return None
+    from gpulaunch.image.render import image_request
+    from gpulaunch.image.resolver import resolve
+
+    try:
+        return resolve(image_request(config))
+    except GpulaunchError as err:
+        checks.append(Check("image", FAIL, err.message, "fix gpulaunch.yaml (gpulaunch versions)"))
+        return None
+
+
+def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]] | None:
+    from gpulaunch.catalog.driver_rule import brand_name
+    from gpulaunch.engine import nvml
+
+    try:
+        with nvml.session(env) as lib:
+            if lib is None:
+                return None
+            driver = _text(lib.nvmlSystemGetDriverVersion())
+            gpus = []
+            for i in range(lib.nvmlDeviceGetCount()):
+                handle = lib.nvmlDeviceGetHandleByIndex(i)
+                memory = None
+                if hasattr(lib, "nvmlDeviceGetMemoryInfo"):
+                    memory = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
+                cc = None
+                if hasattr(lib, "nvmlDeviceGetCudaComputeCapability"):
+                    major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
+                    cc = f"{major}.{minor}"
+                gpus.append(
+                    {
+                        "name": _text(lib.nvmlDeviceGetName(handle)),
+                        "memory": memory,
+                        "cc": cc,
+                        "brand": brand_name(lib.nvmlDeviceGetBrand(handle)),
+                    }
+                )
+            return driver, gpus
+    except nvml.NvmlError:
+        return None
+
+
+def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check]) -> Any:
+    from gpulaunch.catalog import driver_rule
+    from gpulaunch.image import compat
+
+    found = _nvml_gpus(env)
+    if found is None:
+        checks.append(Check("NVML", WARN, "no NVML: no GPU driver seen on this host", NO_GPU_FIX))
+        return None
+    driver, gpus = found
+    checks.append(Check("NVML", OK, f"driver {driver}, {len(gpus)} GPU(s)"))
+    newest = driver_rule.driver_cuda(driver or "0") or "none"
+    if resolved is None or resolved.cuda is None:
+        what = "no configured image" if resolved is None else "the image is a CPU build"
+        checks.append(Check("driver", OK, f"{driver}: runs CUDA {newest} and older ({what})"))
+    else:
+        host = compat.HostGpus(
+            driver, tuple(g["name"] for g in gpus), tuple(g["brand"] for g in gpus)
+        )
+        checks.append(_driver_check(resolved, host, newest))
+    for index, gpu in enumerate(gpus):
+        checks.append(_arch_check(index, gpu, resolved, driver))
+    return found
+
+
+def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
+    from gpulaunch.image import compat
+
+    image = resolved.base_image
+    for verdict in compat.driver_verdicts(resolved, host):
+        if not verdict.ok:
+            return Check(
+                "driver",
+                FAIL,
+                f"{verdict.driver} cannot start {image} (needs {verdict.reason}); "
+                f"the newest CUDA this driver runs is {newest}",
+                f"upgrade the driver to {verdict.needed or 'a newer branch'} or newer, or set "
+                f"image.cuda to {newest} or older (gpulaunch versions --cuda {newest})",
+            )
+        if "driver<" in verdict.reason:  # admitted only through a forward-compat branch
+            return Check(
+                "driver",
+                WARN,
+                f"{verdict.driver} starts {image} only through a forward-compatibility branch "
+                f"({verdict.reason}); the newest CUDA this driver runs natively is {newest}",
+                "keep the image's cuda-compat libraries (datacenter GPUs only), or upgrade the "
+                f"driver to {verdict.needed} or newer",
+            )
+    return Check("driver", OK, f"{host.driver} runs {image}; newest CUDA: {newest}")
+
+
+def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | None) -> Check:
+    from gpulaunch.image import compat
+
+    cc = gpu["cc"] or compat.gpu_compute_capability(gpu["name"])
+    memory = f", {gpu['memory'] / GIB:.0f} GiB" if gpu["memory"] else ""
+    label = f"GPU {index}"
+    seen = f"{gpu['name']}{memory}, compute capability {cc or 'unknown'}"
+    if cc is None:
+        return Check(label, WARN, seen, "not in gpulaunch's GPU table: check the torch archs")
+    if resolved is None or resolved.cuda is None:
+        return Check(label, OK, seen)
+    build = resolved.torch_variant or f"CUDA {resolved.cuda}"
+    if compat.supports_arch(resolved, cc):
+        return Check(label, OK, f"{seen}: supported by the {build} build")
+    fits = _builds_for(cc, resolved.torch, driver, gpu["brand"])
+    return Check(
+        label,
+        FAIL,
+        f"{seen}: sm_{cc.replace('.', '')} is not in the {build} build "
+        f"(archs: {' '.join(resolved.cuda_archs) or 'its toolkit'})",
+        f"use a build with sm_{cc.replace('.', '')}: {'; '.join(fits) or 'a newer torch'}",
+    )
+
+
+def _builds_for(cc: str, torch: str | None, driver: str | None, brand: str | None) -> list[str]:
+    """Stable builds of this torch (else of any torch, newest first) whose wheels carry
+    kernels for `cc` and whose image this driver can start, as `--set` arguments."""
+    from gpulaunch.catalog import driver_rule
+    from gpulaunch.image import compat
+
+    out: list[str] = []
+    for scope in ([torch] if torch else []) + [None]:
+        for row in compat.matrix(scope):
+            if not (row.cuda and row.archs and row.status == "stable"):
+                continue
+            if not compat.supports_arch(cast(Any, _Archs(row.archs, row.cuda)), cc):
+                continue
+            req = driver_rule.requirement_for(row.image, row.cuda)
+            if driver and req is not None and not driver_rule.host_can_run(req, driver, brand).ok:
+                continue
+            label = f"{row.variant} (--set image.torch={row.torch} --set image.cuda={row.cuda})"
+            if not any(x.startswith(row.variant + " ") for x in out):
+                out.append(label)
+        if out:
+            break
+    return out[:3]
+
+
+@dataclass(frozen=True)
+class _Archs:
+    """What supports_arch reads of a resolved image."""
+
+    cuda_archs: tuple[str, ...]
+    cuda: str
+
+
+# -- host resources ----------------------------------------------------------------------
+def _shm_check() -> Check:
+    try:
+        usage = shutil.disk_usage("/dev/shm")
+    except OSError as err:
+        return Check(
+            "shared memory", WARN, f"/dev/shm: {err.strerror}", "mount a tmpfs on /dev/shm"
+        )
+    detail = f"/dev/shm {usage.total / GIB:.1f} GiB (jobs use --ipc host: the host's)"
+    if usage.total < SHM_MIN:
+        fix = "mount -o remount,size=16G /dev/shm, or a profile with docker.shm_size: 16g"
+        return Check("shared memory", WARN, detail, fix)
+    return Check("shared memory", OK, detail)
+
+
+def _disk_check(info: dict[str, Any], config: Any | None, resolved: Any, host: str) -> Check:
+    root = str(info.get("DockerRootDir") or "")
+    flavor = str(config.image.flavor) if config is not None else "runtime"
+    if resolved is not None and resolved.cuda is None:
+        flavor = "cpu"
+    need = IMAGE_GIB.get(flavor, 10)
+    if not root or not host.startswith("unix://") or not Path(root).is_dir():
+        why = "the engine is remote" if not host.startswith("unix://") else "not readable here"
+        return Check(
+            "disk", WARN, f"free space at {root or '?'}: {why}", "check `docker system df`"
+        )
+    free = shutil.disk_usage(root).free / GIB
+    detail = f"{free:.0f} GiB free at {root}; a {flavor} image needs about {need} GiB"
+    if free < need:
+        fix = "free space (docker image prune, docker builder prune) or move data-root"
+        return Check("disk", FAIL, detail, fix)
+    if free < 2 * need:
+        return Check("disk", WARN, detail, "docker builder prune frees the build cache")
+    return Check("disk", OK, detail)
+
+
+def _numa_check(env: Mapping[str, str]) -> Check:
+    from gpulaunch.launch.topology import discover
+
+    try:
+        topo = discover(env)
+    except (OSError, GpulaunchError) as err:
+        reason = getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
+        return Check("NUMA", WARN, f"topology unreadable: {reason}", "check /sys is mounted")
+    nodes = {n: cpus for n, cpus in topo.nodes.items() if cpus}
+    allowed = os.sched_getaffinity(0)
+    total = len(set().union(*nodes.values())) if nodes else os.cpu_count() or len(allowed)
+    layout = ", ".join(f"node {n}: {len(c)} CPUs" for n, c in sorted(nodes.items())) or "no NUMA"
+    detail = f"{layout}; this process may use {len(allowed)} of {total} CPUs ({topo.source})"
+    if len(allowed) < total:
+        fix = "a cpuset or taskset limits this shell: NUMA binding uses only the allowed CPUs"
+        return Check("NUMA / affinity", WARN, detail, fix)
+    return Check("NUMA / affinity", OK, detail)
+
+
+def _vt(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.split("."))
+    except ValueError:
+        return (0,)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

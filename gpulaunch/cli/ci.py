@@ -1,0 +1,189 @@
+"""Commands for CI and new machines: smoke (a short checked run with reports) and doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpulaunch.cli.app import (
+    ConfigOpt,
+    NetworkOpt,
+    SetOpt,
+    _check_network,
+    _check_single_line,
+    _engine,
+    _err,
+    _load,
+    app,
+    handle_errors,
+)
+from gpulaunch.cli.image import _build_with_progress
+from gpulaunch.cli.jobs import AFTER_DASHDASH, _RunCommand
+from gpulaunch.errors import ConfigError, ExitCode
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@handle_errors
+def smoke(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
+    ] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    steps: Annotated[
+        int, typer.Option(help="GPULAUNCH_SMOKE_STEPS for the job (>= 1).", min=1, max=1_000_000)
+    ] = 2,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the job may run; then SIGTERM, SIGKILL after --grace, exit 124.",
+            max=7 * 86400,
+        ),
+    ] = 600.0,
+    grace: Annotated[
+        int | None,
+        typer.Option(help="Seconds from SIGTERM to SIGKILL (default 45).", min=0, max=3600),
+    ] = None,
+    gpus: Annotated[
+        str,
+        typer.Option(help='auto (every GPU, else the CPU), N, "all", "0,2" or 0.'),
+    ] = "auto",
+    require_gpu: Annotated[
+        bool, typer.Option("--require-gpu", help="No GPU is a failure (exit 3), not the CPU.")
+    ] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
+    ] = None,
+    nccl: Annotated[str | None, typer.Option(help="NCCL preset (as for run).")] = None,
+    numa: Annotated[str | None, typer.Option(help="NUMA binding per rank (as for run).")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32, tf32, fp16 or bf16.")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
+    ] = None,
+    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    network: NetworkOpt = None,
+    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    junit: Annotated[
+        str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON result on stdout; all else on stderr.")
+    ] = False,
+) -> None:
+    """Build if needed and run the job briefly for CI: GPULAUNCH_SMOKE=1 and
+    GPULAUNCH_SMOKE_STEPS=N in its environment, a timeout, JUnit XML, a GitHub step summary.
+
+    Exit codes: 0 passed; the job's own code when it failed; 124 timeout; 3 no GPU with
+    --require-gpu (or no engine); 4 build failed; 2 bad input.
+    """
+    from gpulaunch.ci.report import SUMMARY_ENV, append_summary, check_output_file, write_junit
+    from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
+    from gpulaunch.fsio import open_stream
+    from gpulaunch.jobs.execute import JobIO, JobSpec
+    from gpulaunch.launch.plan import RunOptions
+
+    _check_network(network)
+    _check_single_line(
+        {"--gpus": gpus, "--profile": profile, "--nccl": nccl, "--numa": numa,
+         "--precision": precision, "--junit": junit}
+    )  # fmt: skip
+    junit_path = check_output_file(junit, "--junit") if junit is not None else None
+    summary = os.environ.get(SUMMARY_ENV)
+    summary_path = check_output_file(summary, f"${SUMMARY_ENV}") if summary else None
+    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
+    rest, command = list(args or []), []
+    if script is None and tail is not None:
+        command = list(tail)
+        if not command:
+            raise ConfigError("smoke: nothing after --; give a command (smoke -- python -m x)")
+    elif tail is not None:
+        rest += tail
+    cfg, project = _load(config, sets)
+    opts = RunOptions(
+        script=script, args=rest, command=command, nproc=nproc, env=list(env or []),
+        mounts=list(mount or []), network=network, profile=profile, nccl=nccl, numa=numa,
+        precision=precision,
+    )  # fmt: skip
+    smoke_opts = SmokeOptions(steps, timeout, grace, gpus, require_gpu)
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
+    job = prepare(spec, smoke_opts)  # bad flags fail here: nothing built or written yet
+    out = sys.stderr.buffer if as_json else sys.stdout.buffer
+    jobio = JobIO(out, sys.stderr.buffer, _err, _build_with_progress)
+    log_path = log_file(project, job.plan.run.run_id)
+    with open_stream(log_path, root=project) as log:
+        result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path)
+    if junit_path is not None:
+        write_junit(result, junit_path)
+    if summary_path is not None:
+        append_summary(result, summary_path)
+    _finish(result, as_json, junit_path)
+
+
+def _finish(result: Any, as_json: bool, junit_path: Path | None) -> None:
+    """Say how it went (stderr), print the JSON result, exit with the documented code."""
+    if result.error is not None and result.error.hint:
+        _err(f"hint: {result.error.hint}")
+    if result.outcome == "passed":
+        _err(f"smoke passed in {result.duration:.1f} s")
+    else:
+        _err(f"gpulaunch: smoke {result.outcome}: {result.message}")
+    _err(f"log: {result.log_path}")
+    if junit_path is not None:
+        _err(f"junit: {junit_path}")
+    if as_json:
+        from gpulaunch.masking import mask_data
+
+        typer.echo(json.dumps(mask_data(result.to_json()), indent=2))
+    code = result.exit_code
+    if result.outcome == "timeout":
+        code = int(ExitCode.TIMEOUT)
+    raise typer.Exit(code)
+
+
+_MARKS = {"ok": "✓", "warn": "!", "fail": "✗"}
+
+
+@app.command()
+@handle_errors
+def doctor(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,
+    shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.
+
+    With a gpulaunch.yaml (./ or --config) the driver and GPUs are checked against its image.
+    """
+    from gpulaunch.ci.doctor import run_doctor
+
+    cfg = None
+    if config is not None or (Path.cwd() / "gpulaunch.yaml").is_file():
+        cfg, _ = _load(config, sets)
+    report = run_doctor(_engine(), cfg)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("", "check", "status", "fix", box=None)
+        for check in report.checks:
+            table.add_row(_MARKS[check.status], check.name, check.detail, check.fix)
+        wide = not sys.stdout.isatty()
+        for column in table.columns:
+            column.no_wrap = wide
+            column.overflow = "ignore" if wide else "fold"
+        Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+    raise typer.Exit(1 if report.failed else 0)
