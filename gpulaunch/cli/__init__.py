@@ -1,7 +1,7 @@
 """The command line: the typer app (`app.py`: error mapping and shared options) and the
 commands grouped by topic (`image.py`: init / render / versions / schema / build;
-`jobs.py`: run / ps / logs / stop; `profiles.py`). Views (`views.py`) turn results into
-rich tables.
+`jobs.py`: run / ps / logs / stop; `records.py`: history / rerun; `profiles.py`). Views
+(`views.py`) turn results into rich tables.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
 one core function from `image`, `launch` or `engine`, and prints; every domain error is
@@ -9,7 +9,7 @@ mapped to its exit code in `app.handle_errors`. A new command goes into the modu
 topic (or a new one beside them), registered by the import below.
 """
 
-from gpulaunch.cli import image, jobs, profiles  # noqa: F401 - registers the commands
+from gpulaunch.cli import image, jobs, profiles, records  # noqa: F401 - registers the commands
 from gpulaunch.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -96,6 +96,20 @@ def run(
         bool, typer.Option("--dry-run", help="Print the plan and docker commands; no daemon.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+    restarts: Annotated[
+        int,
+        typer.Option(
+            help="Restart a failing job up to N times (multi-process: torchrun --max-restarts).",
+            min=0,
+            max=100,
+        ),
+    ] = 0,
+    price: Annotated[
+        str | None,
+        typer.Option(
+            help="Price per GPU-hour for the run record's cost (launch.price_per_gpu_hour)."
+        ),
+    ] = None,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -111,6 +125,7 @@ def run(
         plan_job,
         run_attached,
         run_on_this_host,
+        standard_observers,
         start_detached,
     )
     from gpulaunch.launch.plan import RunOptions
@@ -124,8 +139,10 @@ def run(
             "--nccl-ifname": nccl_ifname,
             "--numa": numa,
             "--precision": precision,
+            "--price": price,
         }
     )
+    price = _check_price(price)
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
@@ -155,26 +172,37 @@ def run(
         precision=precision,
         expandable_segments=expandable_segments,
         no_container=no_container,
+        restarts=restarts,
     )
-    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:
         _dry_run(spec, as_json, detach)
         return
     job = plan_job(spec, "(host)" if no_container else PENDING_IMAGE)  # before any build
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    observers = standard_observers(spec, _err)
     if no_container:
-        code = run_on_this_host(job, io)
+        code = run_on_this_host(job, io, observers)
     else:
         engine = _engine()  # one client for the build check and the run
         build_image(job, engine, io)
         if detach:
-            typer.echo(start_detached(job, engine, io))
+            typer.echo(start_detached(job, engine, io, observers))
             return
-        code = run_attached(job, engine, io)
+        code = run_attached(job, engine, io, observers)
     if code:
         _err(f"gpulaunch: job exited with {code}")
     raise typer.Exit(code)
+
+
+def _check_price(price: str | None) -> str | None:
+    from gpulaunch.config import parse_price
+
+    try:
+        return None if price is None else parse_price(price)
+    except ValueError as err:
+        raise ConfigError(f"--price: {err}") from None
 
 
 def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
@@ -240,6 +268,7 @@ def ps(
     """List containers started by `gpulaunch run` (by their run-id label)."""
     rows = []
     for container in _engine().list_managed(all_states):
+        _finish_record(container)
         labels = container.labels or {}
         tags = container.image.tags if container.image else []
         rows.append(
@@ -292,6 +321,7 @@ def logs(
             sys.stdout.buffer.flush()
     else:
         sys.stdout.buffer.write(container.logs())
+    _finish_record(container)
 
 
 @app.command()
@@ -307,5 +337,14 @@ def stop(
     engine = _engine()
     container = engine.get_managed(ident)
     container.stop(timeout=timeout)
+    _finish_record(container)  # before it is removed: its exit code is in the record
     engine.discard(container)
     typer.echo(f"stopped {container.name}")
+
+
+def _finish_record(container: Any) -> None:
+    """A finished detached run's record is completed by whichever command sees it first."""
+    from gpulaunch.records.reconcile import finish_container
+
+    labels = container.labels or {}
+    finish_container(container, labels.get("io.gpulaunch.run-id"), _err)
