@@ -92,7 +92,7 @@ def row(record: dict[str, Any]) -> dict[str, str]:
     hours = record.get("gpu_hours")
     return {
         "id": str(record.get("id", "")),
-        "start": str(record.get("started_at") or "-").replace("T", " ").rstrip("Z"),
+        "start": str(record.get("started_at") or "-").replace("T", " ")[:19],
         "state": str(record.get("state", "")),
         "command": " ".join(str(part) for part in record.get("command") or []),
         "image": str(image.get("tag") or ("(host)" if record.get("mode") == "host" else "-")),

@@ -36,8 +36,9 @@ def is_run_id(text: str) -> bool:
 
 
 def utc_now() -> str:
-    """Now in UTC, ISO 8601 with seconds (2026-12-03T20:15:00Z)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Now in UTC, ISO 8601 with milliseconds (2026-12-03T20:15:00.123Z): runs started in the
+    same second still sort in order."""
+    return iso(datetime.now(UTC))
 
 
 def parse_time(text: Any) -> datetime | None:
@@ -56,7 +57,7 @@ def parse_time(text: Any) -> datetime | None:
 
 
 def iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
