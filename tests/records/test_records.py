@@ -294,8 +294,9 @@ def test_host_record_of_a_dead_launcher_is_lost(tmp_path: Path) -> None:
 
 def test_finish_container_uses_the_workspace_mount(tmp_path: Path) -> None:
     _running(tmp_path, RUN_ID)
-    container = FakeContainer({"Running": False, "ExitCode": 0,
-        "StartedAt": "2026-12-03T10:00:00Z", "FinishedAt": "2026-12-03T10:30:00Z"}, restarts=2)  # fmt: skip
+    state = {"Running": False, "ExitCode": 0, "StartedAt": "2026-12-03T10:00:00Z",
+             "FinishedAt": "2026-12-03T10:30:00Z"}  # fmt: skip
+    container = FakeContainer(state, restarts=2)
     container.attrs["Mounts"] = [{"Destination": "/workspace", "Source": str(tmp_path)}]
     reconcile.finish_container(container, RUN_ID, pytest.fail)
     data = store.load(tmp_path, RUN_ID)
@@ -311,7 +312,7 @@ def test_since_forms() -> None:
     assert history.parse_since("2026-12-01") == datetime(2026, 12, 1, tzinfo=UTC)
     assert history.parse_since("2026-12-01T08:00") == datetime(2026, 12, 1, 8, tzinfo=UTC)
     for bad in ("yesterday", "3 d", "2026-13-01", "-1d", "3d\n"):
-        with pytest.raises(ConfigError, match="^--since: "):
+        with pytest.raises(ConfigError, match=r"^--since: "):
             history.parse_since(bad)
 
 
