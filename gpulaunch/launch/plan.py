@@ -263,6 +263,8 @@ def plan_run(
         stop_timeout=config.launch.stop_grace,
     )
     _apply_docker_options(plan, launch, opts.network)
+    if restart_by == "gpulaunch" and opts.detach:
+        plan.restart_retries = opts.restarts  # nobody stays to restart it: the engine does
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"

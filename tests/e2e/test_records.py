@@ -141,6 +141,26 @@ def test_restarts_fail_then_succeed(proj: Path) -> None:
     assert [a["exit_code"] for a in record["restarts"]["attempts"]] == [3, 0]
 
 
+def test_detached_restarts_are_the_engines(proj: Path, docker_client: Any) -> None:
+    (proj / "ckpt" / "flaky.count").unlink(missing_ok=True)
+    before = set(_records(proj))
+    result = _run(proj, "-d", "--restarts", "2", "flaky.py")
+    assert result.returncode == 0, result.describe()
+    name = result.stdout.strip().splitlines()[-1]
+    count = proj / "ckpt" / "flaky.count"
+    deadline = time.monotonic() + 60
+    while (
+        not count.exists()
+        or count.read_text() != "2"
+        or docker_client.containers.get(name).status not in ("exited", "dead")
+    ):
+        assert time.monotonic() < deadline, "the engine did not restart the job"
+        time.sleep(0.3)
+    record = _new_record(proj, before)  # completed by `history` from the engine
+    assert record["state"] == "succeeded" and record["restarts"]["count"] == 1
+    assert gl("stop", name, cwd=proj).returncode == 0
+
+
 def _wait_exited(client: Any, name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -55,8 +55,13 @@ def test_restarts_use_torchrun_for_several_processes(runner: CliRunner, spot: Pa
         "command"
     ]
     assert command[:3] == ["torchrun", "--max-restarts", "3"]
-    single = _plan(runner, "--gpus", "0", "--restarts", "3", "train.py")["run"]["command"]
-    assert "--max-restarts" not in single and single[0] == "python"
+    single = _plan(runner, "--gpus", "0", "--restarts", "3", "train.py")["run"]
+    assert "--max-restarts" not in single["command"] and single["command"][0] == "python"
+    assert "--restart" not in single["docker_run"]  # attached: gpulaunch restarts it
+    detached = _plan(runner, "--gpus", "0", "-d", "--restarts", "3", "train.py")["run"]
+    line = detached["docker_run"]
+    assert line[line.index("--restart") + 1] == "on-failure:3"  # nobody stays: the engine does
+    assert detached["options"]["restart_retries"] == 3
 
 
 def test_host_mode_checkpoint_folder_is_created_on_the_host(runner: CliRunner, spot: Path) -> None:
