@@ -110,6 +110,9 @@ def run(
             help="Price per GPU-hour for the run record's cost (launch.price_per_gpu_hour)."
         ),
     ] = None,
+    no_status: Annotated[
+        bool, typer.Option("--no-status", help="No live GPU status line on the terminal.")
+    ] = False,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -117,17 +120,7 @@ def run(
     gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
     Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.jobs.execute import (
-        PENDING_IMAGE,
-        JobIO,
-        JobSpec,
-        build_image,
-        plan_job,
-        run_attached,
-        run_on_this_host,
-        standard_observers,
-        start_detached,
-    )
+    from gpulaunch.jobs.execute import PENDING_IMAGE, JobIO, JobSpec, plan_job, standard_observers
     from gpulaunch.launch.plan import RunOptions
 
     _check_network(network)
@@ -181,7 +174,36 @@ def run(
     job = plan_job(spec, "(host)" if no_container else PENDING_IMAGE)  # before any build
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
-    observers = standard_observers(spec, _err)
+    status = _status_line(io, no_status or detach or no_container)  # host jobs own the tty
+    observers = standard_observers(spec, _err, on_sample=status and status.show)
+    try:
+        code = _start(job, io, observers, no_container, detach)
+    finally:
+        if status is not None:
+            status.close()
+    if code is None:
+        return
+    if code:
+        _err(f"gpulaunch: job exited with {code}")
+    raise typer.Exit(code)
+
+
+def _status_line(io: Any, off: bool) -> Any:
+    """The live GPU line (stderr is a terminal, no --no-status); job output keeps off it."""
+    from gpulaunch.cli.records import StatusLine
+
+    if not StatusLine.wanted(off):
+        return None
+    status = StatusLine(sys.stderr.buffer)
+    io.err = status.guard(io.err)
+    if sys.stdout.isatty():
+        io.out = status.guard(io.out)
+    return status
+
+
+def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) -> int | None:
+    from gpulaunch.jobs.execute import build_image, run_attached, run_on_this_host, start_detached
+
     if no_container:
         code = run_on_this_host(job, io, observers)
     else:
@@ -189,11 +211,9 @@ def run(
         build_image(job, engine, io)
         if detach:
             typer.echo(start_detached(job, engine, io, observers))
-            return
+            return None
         code = run_attached(job, engine, io, observers)
-    if code:
-        _err(f"gpulaunch: job exited with {code}")
-    raise typer.Exit(code)
+    return code
 
 
 def _check_price(price: str | None) -> str | None:

@@ -4,13 +4,73 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
+import threading
 from typing import Annotated, Any
 
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, _engine, _err, _load, app, handle_errors
 from gpulaunch.cli.jobs import AFTER_DASHDASH, _RunCommand
+
+
+class StatusLine:
+    """The live GPU line on a terminal's stderr, redrawn in place (`\\r`, erase line).
+
+    Job output written to the same terminal clears the line first and redraws it after, so
+    the two never share a line. Off a terminal (piped, a file, TERM=dumb) there is none.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.text = ""
+        self.lock = threading.RLock()
+
+    @staticmethod
+    def wanted(no_status: bool) -> bool:
+        return not no_status and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+    def show(self, samples: list[Any]) -> None:
+        from gpulaunch.records.metrics import status_text
+
+        with self.lock:
+            self.text = status_text(samples)
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.text:
+            self.stream.write(f"\r\x1b[K{self.text}".encode())
+            self.stream.flush()
+
+    def clear(self) -> None:
+        with self.lock:
+            if self.text:
+                self.stream.write(b"\r\x1b[K")
+                self.stream.flush()
+
+    def guard(self, out: Any) -> Any:
+        """`out` (a binary stream on the same terminal) that keeps off the status line."""
+        line = self
+
+        class Guarded:
+            def write(self, data: bytes) -> int:
+                with line.lock:
+                    line.clear()
+                    written = int(out.write(data))
+                    out.flush()
+                    if data.endswith(b"\n"):
+                        line._draw()
+                    return written
+
+            def flush(self) -> None:
+                out.flush()
+
+        return Guarded()
+
+    def close(self) -> None:
+        self.clear()
+        self.text = ""
 
 
 def _engine_or_none() -> Any:

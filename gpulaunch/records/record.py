@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -235,12 +236,19 @@ class RunRecorder:
         price: str | None = None,
         kind: str = "run",
         rerun_of: str | None = None,
+        metrics: bool = True,
+        on_sample: Callable[[list[Any]], None] | None = None,
+        interval: float = 2.0,
     ) -> None:
         self.warn = warn
         self.price = price
         self.kind = kind
         self.rerun_of = rerun_of
+        self.metrics = metrics
+        self.on_sample = on_sample
+        self.interval = interval
         self.record: dict[str, Any] | None = None
+        self.sampler: Any = None
         self._t0 = 0.0
 
     def started(self, job: Any) -> None:
@@ -254,11 +262,25 @@ class RunRecorder:
             self.warn(f"warning: run record not written: {type(err).__name__}: {err}")
             return
         save(job.spec.project, self.record, self.warn)
+        self._start_sampler(self.record)
+
+    def _start_sampler(self, record: dict[str, Any]) -> None:
+        """Attached GPU runs only: nobody watches a detached one, CPU runs have no GPUs."""
+        indices = record["gpus"]["indices"]
+        if not self.metrics or record["detached"] or not indices:
+            return
+        from gpulaunch.records.metrics import Sampler
+
+        self.sampler = Sampler(dict(os.environ), list(indices), self.interval, self.on_sample)
+        self.sampler.start()
 
     def finished(self, job: Any) -> None:
+        summary = self.sampler.stop() if self.sampler is not None else None
         record = self.record
         if record is None:
             return
+        if summary is not None:
+            record["gpu_metrics"] = summary
         attempts = list(getattr(job, "attempts", []) or [])
         record["restarts"]["attempts"] = attempts
         record["restarts"]["count"] = max(0, len(attempts) - 1)
