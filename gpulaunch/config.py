@@ -269,6 +269,28 @@ class LaunchSettings(_Model):
     network: Network = "default"
     env: dict[str, str] = Field(default_factory=dict)
     mounts: list[str] = Field(default_factory=list, description='"host:container[:ro]"')
+    # run records and preemption (issue 11)
+    price_per_gpu_hour: str | None = Field(
+        None, description="Price of one GPU-hour (any currency), for the cost in run records."
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="Host folder mounted read-write at /checkpoints (created if missing)."
+    )
+    stop_grace: int = Field(
+        45, ge=1, le=86400, description="Seconds between SIGTERM and SIGKILL when a job stops."
+    )
+
+    @field_validator("price_per_gpu_hour", mode="before")
+    @classmethod
+    def _price(cls, value: Any) -> str | None:
+        return None if value is None else parse_price(value)
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_dir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\\" in value):
+            raise ValueError(f"{value!r} is not a folder path")
+        return None if value is None else _no_control_chars(value)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -304,6 +326,17 @@ class ProjectConfig(_Model):
                 f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
             )
         return value
+
+
+_PRICE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+def parse_price(value: Any) -> str:
+    """A non-negative price as a decimal string ("2.49"); YAML gives "2.49" (no floats) or 3."""
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    if text is None or not _PRICE.fullmatch(text):
+        raise ValueError(f"{value!r} is not a price (a number such as 2.49)")
+    return text
 
 
 def sanitize_name(text: str) -> str:

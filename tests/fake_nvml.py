@@ -30,7 +30,10 @@ class FakeGpu:
     name: str = H100
     nvlinks: list[int] = field(default_factory=list)  # state per link; past the end: error
     brand: int = 2  # nvmlDeviceGetBrand: NVML_BRAND_TESLA (datacenter); 5 GeForce, 14 NVIDIA
-    memory: int = 80 * 2**30  # nvmlDeviceGetMemoryInfo(...).total, bytes
+    # live metrics, one row per `FakeNvml.tick`: (utilisation %, memory used B, total B, mW)
+    series: list[tuple[int, int, int, int]] = field(
+        default_factory=lambda: [(0, 0, 80 * 1024**3, 70_000)]
+    )
 
 
 def gpus(*names: str) -> list[FakeGpu]:
@@ -70,6 +73,7 @@ class FakeNvml(types.ModuleType):
         self.missing = set(missing)
         self.failing = set(failing)
         self.calls: list[str] = []
+        self.tick = 0  # which row of each GPU's `series` the metric queries answer
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
@@ -127,9 +131,19 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetCpuAffinity(self, handle: int, words: int) -> list[int]:
         return [self.devices[handle].cpu_mask] + [0] * (words - 1)
 
+    def _row(self, handle: int) -> tuple[int, int, int, int]:
+        series = self.devices[handle].series
+        return series[min(self.tick, len(series) - 1)]
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return types.SimpleNamespace(gpu=self._row(handle)[0], memory=0)
+
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        total = self.devices[handle].memory
-        return types.SimpleNamespace(total=total, free=total, used=0)
+        _, used, total, _ = self._row(handle)
+        return types.SimpleNamespace(used=used, total=total, free=total - used)
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return self._row(handle)[3]
 
     def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
         states = self.devices[handle].nvlinks

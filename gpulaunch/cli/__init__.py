@@ -1,6 +1,7 @@
 """The command line: the typer app (`app.py`: error mapping and shared options) and the
 commands grouped by topic (`image.py`: init / render / versions / schema / build;
-`jobs.py`: run / ps / logs / stop; `ci.py`: smoke / doctor; `profiles.py`). Views
+`jobs.py`: run / ps / logs / stop; `ci.py`: smoke / doctor; `records.py`: history / rerun;
+`catalog.py`: catalog update; `profiles.py`). Views
 (`views.py`) turn results into rich tables.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
@@ -9,7 +10,14 @@ mapped to its exit code in `app.handle_errors`. A new command goes into the modu
 topic (or a new one beside them), registered by the import below.
 """
 
-from gpulaunch.cli import catalog, ci, image, jobs, profiles  # noqa: F401 - registers the commands
+from gpulaunch.cli import (  # noqa: F401 - registers the commands
+    catalog,
+    ci,
+    image,
+    jobs,
+    profiles,
+    records,
+)
 from gpulaunch.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -90,7 +90,7 @@ def smoke(
     from gpulaunch.ci.report import SUMMARY_ENV, append_summary, check_output_file, write_junit
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
     from gpulaunch.fsio import open_stream
-    from gpulaunch.jobs.execute import JobIO, JobSpec
+    from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
     from gpulaunch.launch.plan import RunOptions
 
     _check_network(network)
@@ -122,7 +122,8 @@ def smoke(
     jobio = JobIO(out, sys.stderr.buffer, _err, _build_with_progress)
     log_path = log_file(project, job.plan.run.run_id)
     with open_stream(log_path, root=project) as log:
-        result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path)
+        observers = standard_observers(spec, _err)  # smoke runs get run records too
+        result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path, observers)
     if junit_path is not None:
         write_junit(result, junit_path)
     if summary_path is not None:

@@ -98,6 +98,23 @@ def run(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
     sets: SetOpt = None,
+    restarts: Annotated[
+        int,
+        typer.Option(
+            help="Restart a failing job up to N times (multi-process: torchrun --max-restarts).",
+            min=0,
+            max=100,
+        ),
+    ] = 0,
+    price: Annotated[
+        str | None,
+        typer.Option(
+            help="Price per GPU-hour for the run record's cost (launch.price_per_gpu_hour)."
+        ),
+    ] = None,
+    no_status: Annotated[
+        bool, typer.Option("--no-status", help="No live GPU status line on the terminal.")
+    ] = False,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -105,15 +122,7 @@ def run(
     gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
     Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.jobs.execute import (
-        JobIO,
-        JobSpec,
-        build_image,
-        plan_job,
-        run_attached,
-        run_on_this_host,
-        start_detached,
-    )
+    from gpulaunch.jobs.execute import JobIO, JobSpec, plan_job, standard_observers
     from gpulaunch.launch.plan import RunOptions
 
     _check_network(network)
@@ -125,8 +134,10 @@ def run(
             "--nccl-ifname": nccl_ifname,
             "--numa": numa,
             "--precision": precision,
+            "--price": price,
         }
     )
+    price = _check_price(price)
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
@@ -156,26 +167,64 @@ def run(
         precision=precision,
         expandable_segments=expandable_segments,
         no_container=no_container,
+        restarts=restarts,
     )
-    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:
         _dry_run(spec, as_json, detach)
         return
     job = plan_job(spec)  # before any build
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    status = _status_line(io, no_status or detach or no_container)  # host jobs own the tty
+    observers = standard_observers(spec, _err, on_sample=status and status.show)
+    try:
+        code = _start(job, io, observers, no_container, detach)
+    finally:
+        if status is not None:
+            status.close()
+    if code is None:
+        return
+    if code:
+        _err(f"gpulaunch: job exited with {code}")
+    raise typer.Exit(code)
+
+
+def _status_line(io: Any, off: bool) -> Any:
+    """The live GPU line (stderr is a terminal, no --no-status); job output keeps off it."""
+    from gpulaunch.cli.records import StatusLine
+
+    if not StatusLine.wanted(off):
+        return None
+    status = StatusLine(sys.stderr.buffer)
+    io.err = status.guard(io.err)
+    if sys.stdout.isatty():
+        io.out = status.guard(io.out)
+    return status
+
+
+def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) -> int | None:
+    from gpulaunch.jobs.execute import build_image, run_attached, run_on_this_host, start_detached
+
     if no_container:
-        code = run_on_this_host(job, io)
+        code = run_on_this_host(job, io, observers)
     else:
         engine = _engine()  # one client for the build check and the run
         build_image(job, engine, io)
         if detach:
-            typer.echo(start_detached(job, engine, io))
-            return
-        code = run_attached(job, engine, io)
-    if code:
-        _err(f"gpulaunch: job exited with {code}")
-    raise typer.Exit(code)
+            typer.echo(start_detached(job, engine, io, observers))
+            return None
+        code = run_attached(job, engine, io, observers)
+    return code
+
+
+def _check_price(price: str | None) -> str | None:
+    from gpulaunch.config import parse_price
+
+    try:
+        return None if price is None else parse_price(price)
+    except ValueError as err:
+        raise ConfigError(f"--price: {err}") from None
 
 
 def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
@@ -241,6 +290,7 @@ def ps(
     """List containers started by `gpulaunch run` (by their run-id label)."""
     rows = []
     for container in _engine().list_managed(all_states):
+        _finish_record(container)
         labels = container.labels or {}
         tags = container.image.tags if container.image else []
         rows.append(
@@ -293,6 +343,7 @@ def logs(
             sys.stdout.buffer.flush()
     else:
         sys.stdout.buffer.write(container.logs())
+    _finish_record(container)
 
 
 @app.command()
@@ -308,5 +359,14 @@ def stop(
     engine = _engine()
     container = engine.get_managed(ident)
     container.stop(timeout=timeout)
+    _finish_record(container)  # before it is removed: its exit code is in the record
     engine.discard(container)
     typer.echo(f"stopped {container.name}")
+
+
+def _finish_record(container: Any) -> None:
+    """A finished detached run's record is completed by whichever command sees it first."""
+    from gpulaunch.records.reconcile import finish_container
+
+    labels = container.labels or {}
+    finish_container(container, labels.get("io.gpulaunch.run-id"), _err)

@@ -56,6 +56,7 @@ class RunPlan:
     numa: list[dict[str, Any]] = field(default_factory=list)
     hostname: str | None = None
     extra_hosts: dict[str, str] = field(default_factory=dict)
+    restart_retries: int = 0  # a detached single-process job: the engine restarts it on failure
 
     def __post_init__(self) -> None:
         if self.network == "none":
@@ -105,6 +106,7 @@ class RunPlan:
                 "extra_hosts": self.extra_hosts,
                 "labels": self.labels,
                 "mounts": [m.__dict__ for m in self.mounts],
+                "restart_retries": self.restart_retries,
             },
             "numa": self.numa,
         }
@@ -141,6 +143,8 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
         argv += ["--device", dev]
     if plan.cpuset_cpus:
         argv += ["--cpuset-cpus", plan.cpuset_cpus]
+    if plan.restart_retries:
+        argv += ["--restart", f"on-failure:{plan.restart_retries}"]
     for key, label in sorted(plan.labels.items()):
         argv += ["--label", f"{key}={label}"]
     for mount in plan.mounts:
@@ -202,6 +206,8 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
         kwargs["devices"] = list(plan.devices)
     if plan.cpuset_cpus:
         kwargs["cpuset_cpus"] = plan.cpuset_cpus
+    if plan.restart_retries:
+        kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": plan.restart_retries}
     return kwargs
 
 

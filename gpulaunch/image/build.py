@@ -162,6 +162,7 @@ def prepare_build(
         config_file = opts.config_file.resolve()
         if config_file.is_relative_to(project.resolve()):
             never.append(config_file.relative_to(project.resolve()).as_posix())
+    never += _checkpoints_in(config, project)
     user_rules = parse_rules(ignore, str(project / ".dockerignore"))
     rules = effective_rules(user_rules, plan.required, never)
     entries = scan(project, rules)
@@ -186,6 +187,17 @@ def prepare_build(
         ignore_rules=tuple(rule.text() for rule in rules),
     )
     return PreparedBuild(plan, dockerfile, request, tag)
+
+
+def _checkpoints_in(config: ProjectConfig, project: Path) -> list[str]:
+    """launch.checkpoint_dir inside the project: written by jobs, so never in the context
+    (it would change the image hash, and a rebuild, after every checkpoint)."""
+    value = config.launch.checkpoint_dir
+    if value is None:
+        return []
+    path = Path(os.path.abspath(project / os.path.expanduser(value)))
+    root = Path(os.path.abspath(project))
+    return [path.relative_to(root).as_posix()] if path.is_relative_to(root) else []
 
 
 def dry_run_argv(prepared: PreparedBuild, cli: DockerCli | None) -> list[str]:

@@ -195,9 +195,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             "image.python_source: standalone downloads CPython at build time; "
             "build.network none forbids it (use distro, deadsnakes or a base with Python)"
         )
-    installs = bool(
-        torch_install or (deps and (deps.entry or deps.inline or deps.local_installs))
-    )
+    installs = bool(torch_install or (deps and (deps.entry or deps.inline or deps.local_installs)))
     pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, installs)
     apt, deadsnakes = _apt_packages(resolved, config)
     python_bin = f"python{resolved.python}" if resolved.python_source == "deadsnakes" else "python3"

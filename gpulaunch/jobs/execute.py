@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -28,6 +28,7 @@ class JobSpec:
     opts: RunOptions
     config_file: Path | None = None
     rebuild: bool = False
+    price: str | None = None  # --price: per GPU-hour, for the run record's cost
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Job:
     build: Any = None  # image.build.BuildOutcome once built (None on the host)
     container: Any = None
     code: int | None = None
+    # one {started_at, ended_at, exit_code} per attempt (--restarts); records keep them
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Observer(Protocol):
@@ -77,7 +80,7 @@ def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) ->
     write_run_files(job.plan, job.spec.project)
     io.say(f"running on this host: {shell_line(job.plan.run.command)}")
     _tell(observers, "started", job)
-    job.code = run_on_host(job.plan.run, job.spec.cwd)
+    job.code = _with_restarts(job, io, lambda: run_on_host(job.plan.run, job.spec.cwd))
     _tell(observers, "finished", job)
     return job.code
 
@@ -124,20 +127,50 @@ def run_attached(
     io.say(f"running {job.plan.run.name}: {shell_line(job.plan.run.command)}")
 
     def on_started(container: Any) -> None:
+        first = job.container is None
         job.container = container
-        _tell(observers, "started", job)
+        if first:
+            _tell(observers, "started", job)
 
-    job.code = supervise(
-        engine,
-        job.plan.run,
-        out=io.out,
-        err=io.err,
-        warn=io.say,
-        on_started=on_started,
-        stop=stop,
-    )
+    def attempt() -> int:
+        return supervise(
+            engine,
+            job.plan.run,
+            out=io.out,
+            err=io.err,
+            warn=io.say,
+            on_started=on_started,
+            stop=stop,
+        )
+
+    job.code = _with_restarts(job, io, attempt)
     _tell(observers, "finished", job)
     return job.code
+
+
+def _with_restarts(job: Job, io: JobIO, attempt: Callable[[], int]) -> int:
+    """Run the job; with `--restarts N` on a single-process job, up to N more times while it
+    fails. A stop (130/143: Ctrl-C, SIGTERM, a preemption notice) is never restarted."""
+    from gpulaunch.records.store import utc_now
+
+    restarts = job.plan.restarts if job.plan.restart_by == "gpulaunch" else 0
+    while True:
+        started = utc_now()
+        code = attempt()
+        job.attempts.append({"started_at": started, "ended_at": utc_now(), "exit_code": code})
+        if code in (0, 130, 143) or len(job.attempts) > restarts:
+            return code
+        io.say(
+            f"gpulaunch: attempt {len(job.attempts)} exited {code}; restarting "
+            f"({len(job.attempts)}/{restarts})"
+        )
+
+
+def standard_observers(spec: JobSpec, say: Callable[[str], None], **record: Any) -> list[Observer]:
+    """The observers every job gets: its run record (`record` goes to records.RunRecorder)."""
+    from gpulaunch.records.record import RunRecorder
+
+    return [RunRecorder(say, price=spec.price, **record)]
 
 
 def _tell(observers: Sequence[Observer], event: str, job: Job) -> None:

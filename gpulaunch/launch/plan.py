@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 CONTAINER_LIB = "/opt/gpulaunch/lib"
 CONTAINER_NUMA_BIND = "/opt/gpulaunch/bin/numa_bind.py"
 PRECISION_MODULE = "gpulaunch_precision.py"
+CHECKPOINTS = "/checkpoints"
+CHECKPOINT_ENV = "GPULAUNCH_CHECKPOINT_DIR"
 
 
 @dataclass
@@ -56,6 +58,7 @@ class RunOptions:
     precision: str | None = None
     expandable_segments: bool | None = None
     no_container: bool = False
+    restarts: int = 0  # --restarts: torchrun --max-restarts, or gpulaunch restarts the job
 
 
 @dataclass
@@ -68,6 +71,9 @@ class LaunchPlan:
     topology_source: str
     host_mode: bool = False
     gpu_check: str = "not validated"
+    restarts: int = 0
+    restart_by: str = ""  # "torchrun" (multi-process) or "gpulaunch" (restarts the job)
+    checkpoint_dir: str | None = None  # host folder mounted at /checkpoints
 
     def summary_lines(self) -> list[str]:
         lines = [f"profile: {self.launch.profile}"]
@@ -208,6 +214,12 @@ def plan_run(
         raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
         command[command.index("--nproc-per-node") + 1] = "gpu"
+    restart_by = ""
+    if opts.restarts:
+        restart_by = "torchrun" if _is_torchrun(command) else "gpulaunch"
+        if restart_by == "torchrun":
+            at = 1 if command[0] == "torchrun" else 3  # host mode: python -m torch.distributed.run
+            command[at:at] = ["--max-restarts", str(opts.restarts)]
 
     lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
     run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
@@ -231,6 +243,10 @@ def plan_run(
         mount_notes += mount_warnings(mounts[-1], where)
     if mount_notes:
         launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
+    checkpoints = checkpoint_folder(config, project)
+    if checkpoints is not None:
+        mounts.append(Mount(str(checkpoints), CHECKPOINTS))
+        run_env[CHECKPOINT_ENV] = str(checkpoints) if host_mode else CHECKPOINTS
     mounts += _helper_mounts(bool(numa.ranks))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
@@ -250,12 +266,42 @@ def plan_run(
         network=None if network == "default" else network,
         nproc=nproc,
         numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
+        stop_timeout=config.launch.stop_grace,
     )
     _apply_docker_options(plan, launch, opts.network)
+    if restart_by == "gpulaunch" and opts.detach:
+        plan.restart_retries = opts.restarts  # nobody stays to restart it: the engine does
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
-    return LaunchPlan(plan, launch, numa, source, host_mode, _gpu_check(gpus, topo, untrusted_why))
+    return LaunchPlan(
+        plan,
+        launch,
+        numa,
+        source,
+        host_mode,
+        _gpu_check(gpus, topo, untrusted_why),
+        opts.restarts,
+        restart_by,
+        None if checkpoints is None else str(checkpoints),
+    )
+
+
+def _is_torchrun(command: list[str]) -> bool:
+    return command[:1] == ["torchrun"] or command[1:3] == ["-m", "torch.distributed.run"]
+
+
+def checkpoint_folder(config: ProjectConfig, project: Path) -> Path | None:
+    """launch.checkpoint_dir as an absolute host path (relative ones are in the project)."""
+    value = config.launch.checkpoint_dir
+    if value is None:
+        return None
+    path = Path(os.path.abspath(project / os.path.expanduser(value)))
+    if "," in str(path) or '"' in str(path):
+        raise ConfigError(f"launch.checkpoint_dir: {str(path)!r} contains a comma or quote")
+    if path == project or project.is_relative_to(path):
+        raise ConfigError("launch.checkpoint_dir: must not be the project folder or above it")
+    return path
 
 
 def _gpu_check(gpus: int | str, topo: Topology | None, why: str) -> str:
@@ -332,6 +378,13 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
         write_file(target, helper.read_bytes(), root=project, force=True)
     if plan.launch.log_dir:
         make_dirs(project / plan.launch.log_dir, root=project)
+    if plan.checkpoint_dir is not None:
+        folder = Path(plan.checkpoint_dir)
+        if folder.is_relative_to(project):
+            make_dirs(folder, root=project)
+        elif not folder.is_dir():  # outside the project: create below what exists
+            top = next(p for p in folder.parents if p.is_dir())
+            make_dirs(folder, root=top)
 
 
 def _host_paths(command: list[str], project: Path) -> list[str]:

@@ -36,6 +36,7 @@ FLAG_TO_KWARG = {
     "--label": "labels",
     "--mount": "mounts",
     "--env": "environment",
+    "--restart": "restart_policy",
 }
 CLI_ONLY = {"--rm", "--detach"}  # the supervisor removes the container; detach is implied
 SDK_ONLY = {"image", "command"}  # positional on the line
@@ -58,6 +59,7 @@ def _full_plan(gpus: int | str = 2) -> RunPlan:
         network="none",  # sets hostname and an extra host
         cap_add=["IPC_LOCK", "SYS_NICE"],
         devices=["/dev/infiniband"],
+        restart_retries=2,
         cpuset_cpus="0-3",
     )
 
@@ -98,6 +100,8 @@ def _sdk_value_as_flags(key: str, value: Any) -> list[str]:
             + (",readonly" if m["ReadOnly"] else "")
             for m in value
         ]
+    if key == "restart_policy":
+        return [f"{value['Name']}:{value['MaximumRetryCount']}"]
     if isinstance(value, list):
         return [str(v) for v in value]
     return [str(value)]
@@ -164,6 +168,7 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
             {"source": "/src", "target": "/workspace", "read_only": False},
             {"source": "/data", "target": "/data", "read_only": True},
         ],
+        "restart_retries": 2,
     }
 
 

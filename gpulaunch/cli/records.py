@@ -1,0 +1,196 @@
+"""Commands about run records: history and rerun."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+from typing import Annotated, Any
+
+import typer
+
+from gpulaunch.cli.app import ConfigOpt, _engine, _err, _load, app, handle_errors
+from gpulaunch.cli.jobs import AFTER_DASHDASH, _RunCommand
+
+
+class StatusLine:
+    """The live GPU line on a terminal's stderr, redrawn in place (`\\r`, erase line).
+
+    Job output written to the same terminal clears the line first and redraws it after, so
+    the two never share a line. Off a terminal (piped, a file, TERM=dumb) there is none.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.text = ""
+        self.lock = threading.RLock()
+
+    @staticmethod
+    def wanted(no_status: bool) -> bool:
+        return not no_status and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+    def show(self, samples: list[Any]) -> None:
+        from gpulaunch.records.metrics import status_text
+
+        with self.lock:
+            self.text = status_text(samples)
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.text:
+            self.stream.write(f"\r\x1b[K{self.text}".encode())
+            self.stream.flush()
+
+    def clear(self) -> None:
+        with self.lock:
+            if self.text:
+                self.stream.write(b"\r\x1b[K")
+                self.stream.flush()
+
+    def guard(self, out: Any) -> Any:
+        """`out` (a binary stream on the same terminal) that keeps off the status line."""
+        line = self
+
+        class Guarded:
+            def write(self, data: bytes) -> int:
+                with line.lock:
+                    line.clear()
+                    written = int(out.write(data))
+                    out.flush()
+                    if data.endswith(b"\n"):
+                        line._draw()
+                    return written
+
+            def flush(self) -> None:
+                out.flush()
+
+        return Guarded()
+
+    def close(self) -> None:
+        self.clear()
+        self.text = ""
+
+
+def _engine_or_none() -> Any:
+    """History must work without a daemon: running records are then left as they are."""
+    from gpulaunch.errors import GpulaunchError
+
+    try:
+        engine = _engine()
+        engine.client()
+    except GpulaunchError as err:
+        _err(f"warning: cannot check running records against the engine: {err.message}")
+        return None
+    return engine
+
+
+class _NoEngine:
+    def find_leftover(self, name: str, run_id: str) -> Any:
+        from gpulaunch.errors import EngineError
+
+        raise EngineError("no engine")
+
+
+@app.command()
+@handle_errors
+def history(
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    limit: Annotated[
+        int | None, typer.Option("-n", help="Only the newest N runs.", min=1, max=1_000_000)
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Runs started since a date (2026-12-01), a UTC time or an age (3d)."),
+    ] = None,
+) -> None:
+    """The project's runs (.gpulaunch/runs/): command, image, GPUs, exit, GPU-hours, cost."""
+    from gpulaunch.records.history import parse_since, row, select, totals
+    from gpulaunch.records.reconcile import reconcile
+
+    _, project = _load(config)
+    after = parse_since(since) if since is not None else None
+    records = reconcile(project, _engine_or_none() or _NoEngine(), _err)
+    chosen = select(records, limit, after)
+    summary = totals(chosen)
+    if as_json:
+        typer.echo(json.dumps({"runs": chosen, "totals": dataclasses.asdict(summary)}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = ("id", "start", "state", "command", "image", "gpus", "duration", "exit")
+    table = Table(*(c.upper() for c in columns), "GPU-H", "COST", box=None)
+    for record in chosen:
+        line = row(record)
+        table.add_row(*(line[c] for c in columns), line["gpu_hours"], line["cost"])
+    wide = not sys.stdout.isatty()  # off a terminal nothing is cut
+    for column in table.columns:
+        column.no_wrap = wide
+        column.overflow = "ignore" if wide else "ellipsis"
+    console = Console(width=100_000 if wide else None, markup=False, highlight=False)
+    console.print(table, crop=not wide)
+    cost = f", cost {summary.cost}" if summary.cost is not None else ""
+    typer.echo(
+        f"total: {summary.runs} run(s), {summary.gpu_hours:.4f} GPU-hours"
+        f", {summary.duration_s:.1f} s{cost}"
+    )
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@handle_errors
+def rerun(
+    ctx: typer.Context,
+    ident: Annotated[str, typer.Argument(metavar="ID", help="Run id (see `gpulaunch history`).")],
+    config: ConfigOpt = None,
+    rebuild: Annotated[
+        bool, typer.Option(help="Rebuild the image from the recorded config (when it is gone).")
+    ] = False,
+) -> None:
+    """Run a recorded run again: same command, flags and profile, on the same image id.
+
+    Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
+    """
+    from gpulaunch.cli.image import _build_with_progress
+    from gpulaunch.cli.jobs import _print_warnings
+    from gpulaunch.jobs.execute import (
+        PENDING_IMAGE,
+        JobIO,
+        build_image,
+        plan_job,
+        run_attached,
+        run_on_this_host,
+        standard_observers,
+        start_detached,
+    )
+    from gpulaunch.jobs.rerun import rerun_spec, reuse_image
+    from gpulaunch.records.store import load
+
+    current, project = _load(config)
+    record = load(project, ident)
+    extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
+    spec = rerun_spec(record, current, extra)
+    spec.rebuild = rebuild
+    tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
+    job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+    _print_warnings(job.plan)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    observers = standard_observers(spec, _err, rerun_of=ident)
+    _err(f"rerun of {ident}")
+    if spec.opts.no_container:
+        code = run_on_this_host(job, io, observers)
+    else:
+        engine = _engine()
+        if rebuild:
+            build_image(job, engine, io)
+        else:
+            reuse_image(job, record, engine)
+        if spec.opts.detach:
+            typer.echo(start_detached(job, engine, io, observers))
+            return
+        code = run_attached(job, engine, io, observers)
+    if code:
+        _err(f"gpulaunch: job exited with {code}")
+    raise typer.Exit(code)

@@ -1,0 +1,137 @@
+"""`gpulaunch rerun ID`: a recorded run again, with its command, flags and profile, on the
+same image id (or, with --rebuild, an image rebuilt from the recorded config).
+
+Secrets were masked before the record was written, so they are not in it: a masked value
+(`***`) is taken from the current gpulaunch.yaml (same field) or, for `--env NAME=***`, from
+this shell's environment; when neither has it the rerun refuses, naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.errors import ConfigError, EngineError
+from gpulaunch.masking import MASK
+
+
+@dataclass(frozen=True)
+class ReusedImage:
+    """The image of the recorded run, reused as it is (what observers see as job.build)."""
+
+    tag: str
+    image_id: str
+    builder: str
+    dockerfile_sha256: str | None
+    versions: dict[str, Any]
+    cached: bool = True
+    dockerfile: str = ""
+    plan: Any = None
+
+
+def _unmask(recorded: Any, current: Any, where: str) -> Any:
+    if recorded == MASK:
+        if isinstance(current, str):
+            return current
+        raise ConfigError(
+            f"rerun: {where} was a secret (masked in the record) and the current config has no "
+            "value for it"
+        )
+    if isinstance(recorded, dict):
+        cur = current if isinstance(current, dict) else {}
+        return {k: _unmask(v, cur.get(k), f"{where}.{k}") for k, v in recorded.items()}
+    if isinstance(recorded, list):
+        items = current if isinstance(current, list) else []
+        return [
+            _unmask(v, items[i] if i < len(items) else None, f"{where}[{i}]")
+            for i, v in enumerate(recorded)
+        ]
+    return recorded
+
+
+def _env_flags(items: list[str], environ: Mapping[str, str]) -> list[str]:
+    out = []
+    for item in items:
+        name, _, value = item.partition("=")
+        if value == MASK:
+            if name not in environ:
+                raise ConfigError(
+                    f"rerun: --env {name} was a secret (masked in the record); set {name} in "
+                    "the environment to rerun"
+                )
+            value = environ[name]
+        out.append(f"{name}={value}")
+    return out
+
+
+def rerun_spec(
+    record: dict[str, Any],
+    current_cfg: Any,
+    extra: list[str],
+    environ: Mapping[str, str] | None = None,
+) -> Any:
+    """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args."""
+    from gpulaunch.config import ProjectConfig
+    from gpulaunch.jobs.execute import JobSpec
+    from gpulaunch.launch.plan import RunOptions
+
+    environ = os.environ if environ is None else environ
+    current = current_cfg.model_dump(mode="json") if current_cfg is not None else {}
+    config = _unmask(record.get("config") or {}, current, "config")
+    try:
+        cfg = ProjectConfig.model_validate(config)
+    except Exception as err:
+        raise ConfigError(f"rerun: the recorded config is not valid any more: {err}") from None
+    known = {f.name for f in dataclasses.fields(RunOptions)}
+    options = {k: v for k, v in (record.get("options") or {}).items() if k in known}
+    options["env"] = _env_flags(list(options.get("env") or []), environ)
+    opts = RunOptions(**options)
+    if extra:
+        if opts.command:
+            opts.command = [*opts.command, *extra]
+        else:
+            opts.args = [*opts.args, *extra]
+    project = Path(str(record.get("project")))
+    cwd = Path(str(record.get("cwd") or project))
+    if not cwd.is_dir():
+        cwd = project
+    config_file = record.get("config_file")
+    return JobSpec(
+        cfg,
+        project,
+        cwd,
+        opts,
+        config_file=None if config_file is None else Path(config_file),
+        price=record.get("price_per_gpu_hour"),
+    )
+
+
+def reuse_image(job: Any, record: dict[str, Any], engine: Any) -> None:
+    """Point the job at the recorded image id; EngineError when that image is gone."""
+    image = record.get("image") or {}
+    image_id = image.get("id")
+    if record.get("mode") == "host":
+        return
+    if not isinstance(image_id, str) or not image_id:
+        raise EngineError(
+            f"run {record.get('id')}: its record has no image id",
+            hint=f"`gpulaunch rerun {record.get('id')} --rebuild` builds one from its config",
+        )
+    if not engine.image_exists(image_id):
+        raise EngineError(
+            f"run {record.get('id')}: its image {image.get('tag')} ({image_id[:19]}) is gone",
+            hint=f"`gpulaunch rerun {record.get('id')} --rebuild` rebuilds it from the "
+            "recorded config",
+        )
+    job.build = ReusedImage(
+        tag=str(image.get("tag") or image_id),
+        image_id=image_id,
+        builder=str(image.get("builder") or ""),
+        dockerfile_sha256=image.get("dockerfile_sha256"),
+        versions=dict(image.get("versions") or {}),
+    )
+    job.plan.run.image = image_id

@@ -1,0 +1,104 @@
+"""`gpulaunch history`: the rows and totals shown for a project's run records."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.records.store import parse_time
+
+_RELATIVE = re.compile(r"([0-9]{1,6})([mhdw])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """--since: a date (2026-12-01), a UTC time (2026-12-01T08:00) or an age (30m, 12h, 3d, 2w)."""
+    now = now or datetime.now(UTC)
+    match = _RELATIVE.fullmatch(text)
+    if match:
+        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9:]+)?", text):
+        value = parse_time(text if "T" in text or " " in text else text + "T00:00:00")
+        if value is not None:
+            return value
+    raise ConfigError(
+        f"--since: {text!r} is not a date (2026-12-01), a time (2026-12-01T08:00) "
+        "or an age (30m, 12h, 3d, 2w)"
+    )
+
+
+@dataclass(frozen=True)
+class Totals:
+    runs: int
+    duration_s: float
+    gpu_hours: float
+    cost: str | None  # None when no run has a price
+
+
+def select(
+    records: list[dict[str, Any]], limit: int | None = None, since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Newest first; those started at or after `since`; at most `limit`."""
+    chosen = []
+    for record in records:
+        started = parse_time(record.get("started_at"))
+        if since is not None and (started is None or started < since):
+            continue
+        chosen.append(record)
+    return chosen if limit is None else chosen[:limit]
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def totals(records: list[dict[str, Any]]) -> Totals:
+    costs = [r.get("cost") for r in records if isinstance(r.get("cost"), str)]
+    total_cost: Decimal | None = None
+    for item in costs:
+        try:
+            total_cost = (total_cost or Decimal(0)) + Decimal(str(item))
+        except ArithmeticError:
+            continue
+    return Totals(
+        runs=len(records),
+        duration_s=round(sum(_number(r.get("duration_s")) for r in records), 1),
+        gpu_hours=round(sum(_number(r.get("gpu_hours")) for r in records), 4),
+        cost=None if total_cost is None else str(total_cost.quantize(Decimal("0.01"))),
+    )
+
+
+def duration_text(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return "-"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def row(record: dict[str, Any]) -> dict[str, str]:
+    """One history line as text (the table); --json prints the records themselves."""
+    image = record.get("image") or {}
+    gpus = record.get("gpus") or {}
+    code = record.get("exit_code")
+    exit_text = "-" if code is None else str(code)
+    if record.get("signal"):
+        exit_text += f" ({record['signal']})"
+    hours = record.get("gpu_hours")
+    return {
+        "id": str(record.get("id", "")),
+        "start": str(record.get("started_at") or "-").replace("T", " ")[:19],
+        "state": str(record.get("state", "")),
+        "command": " ".join(str(part) for part in record.get("command") or []),
+        "image": str(image.get("tag") or ("(host)" if record.get("mode") == "host" else "-")),
+        "gpus": str(gpus.get("count") if gpus.get("count") is not None else "?"),
+        "duration": duration_text(record.get("duration_s")),
+        "exit": exit_text,
+        "gpu_hours": "-" if hours is None else f"{hours:.4f}",
+        "cost": str(record.get("cost") or "-"),
+    }

@@ -1,0 +1,138 @@
+"""Finish records that their launcher could not: detached runs and killed launchers.
+
+A detached run's record stays `running` until `ps`, `logs`, `stop` or `history` sees its
+container finished; the exit code and times then come from the engine. A record left
+`running` by a launcher that is gone (SIGKILL, a reboot) is checked against the engine:
+container still running -> still running; exited -> completed from the engine; gone ->
+`lost`, keeping what is known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.errors import GpulaunchError
+from gpulaunch.records.record import complete
+from gpulaunch.records.store import (
+    Warn,
+    is_run_id,
+    iso,
+    load_all,
+    load_one,
+    parse_time,
+    record_path,
+    save,
+)
+
+WORKSPACE = "/workspace"
+
+
+def _launcher_alive(record: dict[str, Any]) -> bool:
+    """The gpulaunch process that wrote the record still runs (on this host)."""
+    launcher = record.get("launcher") or {}
+    pid = launcher.get("pid")
+    if launcher.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a recycled pid is not our launcher
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"gpulaunch" in cmdline
+
+
+def complete_from_container(record: dict[str, Any], container: Any) -> bool:
+    """Complete `record` from an exited container's state; False while it still runs."""
+    attrs = getattr(container, "attrs", None) or {}
+    state = attrs.get("State") or {}
+    if state.get("Running") or state.get("Restarting") or state.get("Status") == "created":
+        return False
+    started, finished = parse_time(state.get("StartedAt")), parse_time(state.get("FinishedAt"))
+    if started is not None and finished is not None:
+        record["duration_s"] = round(max(0.0, (finished - started).total_seconds()), 1)
+    code = state.get("ExitCode")
+    restarts = attrs.get("RestartCount")
+    if isinstance(restarts, int) and restarts and isinstance(record.get("restarts"), dict):
+        record["restarts"]["count"] = restarts
+    ended = iso(finished) if finished is not None else None
+    complete(record, code if isinstance(code, int) else None, ended or "")
+    if ended is None:
+        record["ended_at"] = None
+    if record["state"] == "running":  # no exit code from the engine
+        record["state"] = "lost"
+    return True
+
+
+def reconcile(project: Path, engine: Any, warn: Warn) -> list[dict[str, Any]]:
+    """Every record of `project` (newest first), running ones checked against the engine."""
+    loaded = load_all(project)
+    for message in loaded.warnings:
+        warn(message)
+    for record in loaded.records:
+        if record.get("state") != "running":
+            continue
+        if _launcher_alive(record) and not record.get("detached"):
+            continue  # its launcher will complete it
+        try:
+            _reconcile_one(project, record, engine, warn)
+        except GpulaunchError as err:
+            warn(f"warning: run {record.get('id')}: cannot check its container: {err.message}")
+            return loaded.records  # the engine is not answering: leave the rest as they are
+    return loaded.records
+
+
+def _reconcile_one(project: Path, record: dict[str, Any], engine: Any, warn: Warn) -> None:
+    if record.get("mode") == "host":
+        record["state"] = "lost"  # its launcher is gone, and with it the process tree
+        save(project, record, warn)
+        return
+    name = record.get("container")
+    container = engine.find_leftover(name, record["id"]) if isinstance(name, str) else None
+    if container is None:
+        record["state"] = "lost"
+    else:
+        with contextlib.suppress(Exception):
+            container.reload()
+        if not complete_from_container(record, container):
+            return
+    save(project, record, warn)
+
+
+def project_of(container: Any) -> Path | None:
+    """The project folder a gpulaunch container runs in: the source of its /workspace."""
+    for mount in (getattr(container, "attrs", None) or {}).get("Mounts") or []:
+        if mount.get("Destination") == WORKSPACE and isinstance(mount.get("Source"), str):
+            return Path(mount["Source"])
+    return None
+
+
+def finish_container(container: Any, run_id: str | None, warn: Warn) -> None:
+    """`ps`, `logs` and `stop` saw this container: complete its record if it has exited."""
+    project = project_of(container)
+    if project is None or run_id is None or not is_run_id(run_id):
+        return
+    path = record_path(project, run_id)
+    if not path.is_file():
+        return
+    try:
+        record = load_one(path)
+    except ValueError as err:
+        warn(f"warning: skipped {path}: {err}")
+        return
+    if record.get("state") != "running":
+        return
+    with contextlib.suppress(Exception):
+        container.reload()
+    if complete_from_container(record, container):
+        save(project, record, warn)

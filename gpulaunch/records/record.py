@@ -1,0 +1,289 @@
+"""What a run record holds, and the observer that writes it when a job starts and ends.
+
+The observer sees the job through `jobs.execute.Job` (duck-typed here: records sit below
+jobs). Every value that could carry a secret goes through masking before it is kept: the
+environment (secret-looking names keep their name, lose their value), the flags, the command
+and the effective config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+from gpulaunch import __version__
+from gpulaunch.masking import mask_data, mask_env
+from gpulaunch.records.store import SCHEMA_VERSION, Warn, parse_time, save, utc_now
+
+_VERSION_FIELDS = (
+    "flavor",
+    "base_image",
+    "os",
+    "python",
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "torch_variant",
+    "cuda",
+    "cudnn",
+    "ngc_tag",
+    "ngc_torch",
+)
+
+
+def signal_name(code: int | None) -> str | None:
+    """SIGTERM for 143: the shell's 128+N convention that docker and torchrun follow."""
+    if code is None or not 128 < code < 128 + 65:
+        return None
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return None
+
+
+def state_of(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code == 0:
+        return "succeeded"
+    return "terminated" if signal_name(code) else "failed"
+
+
+def gpu_indices(gpus: int | str, host_count: int | None) -> list[int] | None:
+    """Which GPUs a request means (docker's count=N takes the first N), None when unknown."""
+    if isinstance(gpus, int):
+        return list(range(gpus))
+    if gpus == "all":
+        return None if host_count is None else list(range(host_count))
+    if all(part.isdigit() for part in gpus.split(",")):
+        return [int(part) for part in gpus.split(",")]
+    return None  # UUIDs: the count is still known
+
+
+def gpu_count(gpus: int | str, indices: list[int] | None) -> int | None:
+    if indices is not None:
+        return len(indices)
+    if isinstance(gpus, str) and gpus != "all":
+        return len(gpus.split(","))
+    return None
+
+
+def _gpu_devices(indices: list[int] | None, env: dict[str, str]) -> tuple[int | None, list[Any]]:
+    """(GPUs on this host, [{index, name, uuid}]) from NVML; (None, []) without it."""
+    from gpulaunch.engine.nvml import NvmlError, session
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    try:
+        with session(env) as nvml:
+            if nvml is None:
+                return None, []
+            count = int(nvml.nvmlDeviceGetCount())
+            devices = []
+            for index in indices if indices is not None else range(count):
+                if not 0 <= index < count:
+                    continue
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices.append(
+                    {
+                        "index": index,
+                        "name": text(nvml.nvmlDeviceGetName(handle)),
+                        "uuid": text(nvml.nvmlDeviceGetUUID(handle)),
+                    }
+                )
+            return count, devices
+    except (NvmlError, AttributeError):
+        return None, []
+
+
+def gpu_hours(count: int | None, seconds: float | None) -> float | None:
+    if count is None or seconds is None:
+        return None
+    return round(count * seconds / 3600, 4)
+
+
+def cost(hours: float | None, price: str | None) -> str | None:
+    """GPU-hours x price, to the cent, as a decimal string (no float rounding surprises)."""
+    if hours is None or price is None:
+        return None
+    value = Decimal(str(hours)) * Decimal(price)
+    return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def complete(record: dict[str, Any], code: int | None, ended: str, state: str = "") -> None:
+    """Fill the end of a record: exit code or signal, duration, GPU-hours and cost."""
+    record["exit_code"] = code
+    record["signal"] = signal_name(code)
+    record["state"] = state or state_of(code)
+    record["ended_at"] = ended
+    start, end = parse_time(record.get("started_at")), parse_time(ended)
+    seconds = None
+    if start is not None and end is not None:
+        seconds = max(0.0, (end - start).total_seconds())
+    if record.get("duration_s") is None:
+        record["duration_s"] = None if seconds is None else round(seconds, 1)
+    hours = gpu_hours((record.get("gpus") or {}).get("count"), record["duration_s"])
+    record["gpu_hours"] = hours
+    record["cost"] = cost(hours, record.get("price_per_gpu_hour"))
+
+
+def _options(opts: Any) -> dict[str, Any]:
+    data: dict[str, Any] = dict(vars(opts))
+    env = dict(item.partition("=")[::2] for item in data.get("env") or [])
+    data["env"] = [f"{key}={value}" for key, value in mask_env(env).items()]
+    masked = mask_data(data)
+    return masked if isinstance(masked, dict) else {}
+
+
+def _git(project: Path) -> dict[str, Any] | None:
+    from gpulaunch.outside.git import git_state
+
+    return git_state(project)
+
+
+def _image(job: Any) -> dict[str, Any] | None:
+    build = getattr(job, "build", None)
+    if build is None:
+        return None
+    attrs = getattr(getattr(job, "container", None), "attrs", None) or {}
+    resolved = getattr(getattr(build, "plan", None), "resolved", None)
+    versions = {k: getattr(resolved, k, None) for k in _VERSION_FIELDS} if resolved else {}
+    image_id = attrs.get("Image") if isinstance(attrs.get("Image"), str) else None
+    digest = getattr(build, "dockerfile_sha256", None)  # a rerun reuses the recorded image
+    if digest is None and build.dockerfile:
+        digest = hashlib.sha256(build.dockerfile.encode()).hexdigest()
+    return {
+        "tag": build.tag,
+        "id": image_id or getattr(build, "image_id", None),
+        "dockerfile_sha256": digest,
+        "builder": build.builder,
+        "cached": bool(build.cached),
+        "versions": versions or dict(getattr(build, "versions", None) or {}),
+    }
+
+
+def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> dict[str, Any]:
+    """A record in state `running` for a job that has just started."""
+    spec, plan = job.spec, job.plan
+    run = plan.run
+    indices = gpu_indices(run.gpus, None)
+    host_count, devices = _gpu_devices(indices, env) if run.gpus not in (0, "0") else (None, [])
+    if run.gpus == "all" and host_count is not None:
+        indices = list(range(host_count))
+    container = getattr(job, "container", None)
+    cfg = spec.cfg
+    config = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": run.run_id,
+        "kind": kind,
+        "state": "running",
+        "gpulaunch_version": __version__,
+        "started_at": utc_now(),
+        "ended_at": None,
+        "duration_s": None,
+        "mode": "host" if plan.host_mode else "container",
+        "detached": bool(getattr(spec.opts, "detach", False)),
+        "project": str(spec.project),
+        "project_name": getattr(cfg, "name", ""),
+        "cwd": str(spec.cwd),
+        "config_file": None if spec.config_file is None else str(spec.config_file),
+        "command": list(mask_data(list(run.command))),  # type: ignore[call-overload]
+        "options": _options(spec.opts),
+        "git": _git(spec.project),
+        "image": _image(job),
+        "config": mask_data(config),
+        "profile": plan.launch.profile,
+        "env": mask_env(run.env),
+        "gpus": {
+            "request": run.gpus,
+            "count": 0 if run.gpus in (0, "0") else gpu_count(run.gpus, indices),
+            "indices": [] if run.gpus in (0, "0") else indices,
+            "devices": devices,
+        },
+        "nproc": run.nproc,
+        "container": None if container is None else str(getattr(container, "name", run.name)),
+        "launcher": {"pid": os.getpid(), "host": socket.gethostname()},
+        "exit_code": None,
+        "signal": None,
+        "restarts": {"max": getattr(plan, "restarts", 0), "count": 0, "attempts": []},
+        "checkpoint_dir": getattr(plan, "checkpoint_dir", None),
+        "stop_grace_s": run.stop_timeout,
+        "price_per_gpu_hour": price,
+        "gpu_hours": None,
+        "cost": None,
+    }
+
+
+class RunRecorder:
+    """The records observer: `.gpulaunch/runs/<id>.json` at start (running) and at the end.
+
+    It never fails a job: a record that cannot be written is a warning.
+    """
+
+    def __init__(
+        self,
+        warn: Warn,
+        *,
+        price: str | None = None,
+        kind: str = "run",
+        rerun_of: str | None = None,
+        metrics: bool = True,
+        on_sample: Callable[[list[Any]], None] | None = None,
+        interval: float = 2.0,
+    ) -> None:
+        self.warn = warn
+        self.price = price
+        self.kind = kind
+        self.rerun_of = rerun_of
+        self.metrics = metrics
+        self.on_sample = on_sample
+        self.interval = interval
+        self.record: dict[str, Any] | None = None
+        self.sampler: Any = None
+        self._t0 = 0.0
+
+    def started(self, job: Any) -> None:
+        self._t0 = time.monotonic()
+        price = self.price or getattr(job.spec.cfg.launch, "price_per_gpu_hour", None)
+        try:
+            self.record = new_record(job, self.kind, price, dict(os.environ))
+            if self.rerun_of:
+                self.record["rerun_of"] = self.rerun_of
+        except Exception as err:  # a record is never a reason for a job to fail
+            self.warn(f"warning: run record not written: {type(err).__name__}: {err}")
+            return
+        save(job.spec.project, self.record, self.warn)
+        self._start_sampler(self.record)
+
+    def _start_sampler(self, record: dict[str, Any]) -> None:
+        """Attached GPU runs only: nobody watches a detached one, CPU runs have no GPUs."""
+        indices = record["gpus"]["indices"]
+        if not self.metrics or record["detached"] or not indices:
+            return
+        from gpulaunch.records.metrics import Sampler
+
+        self.sampler = Sampler(dict(os.environ), list(indices), self.interval, self.on_sample)
+        self.sampler.start()
+
+    def finished(self, job: Any) -> None:
+        summary = self.sampler.stop() if self.sampler is not None else None
+        record = self.record
+        if record is None:
+            return
+        if summary is not None:
+            record["gpu_metrics"] = summary
+        attempts = list(getattr(job, "attempts", []) or [])
+        record["restarts"]["attempts"] = attempts
+        record["restarts"]["count"] = max(0, len(attempts) - 1)
+        record["duration_s"] = round(time.monotonic() - self._t0, 1)
+        complete(record, job.code, utc_now())
+        save(job.spec.project, record, self.warn)
