@@ -249,6 +249,20 @@ class LaunchSettings(_Model):
     gpus: int | str = Field(1, description='Count, "all", "0,2", or 0 for CPU.')
     nproc: int | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
     profile: str = "default"
+    # -- multi-node and cluster exports (issue 12) --
+    image: str | None = Field(
+        None, description="A pushed image (REGISTRY/NAME[:TAG][@sha256:...]) to run and export."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes node labels, e.g. nvidia.com/gpu.product."
+    )
+    node_affinity: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Kubernetes node affinity: label key -> allowed values (key In [values]).",
+    )
+    checkpoint_pvc: str | None = Field(
+        None, description="PersistentVolumeClaim mounted at /checkpoints in Kubernetes exports."
+    )
     nccl: NcclPreset | None = None
     numa: NumaMode | None = None
     precision: Precision | None = None
@@ -272,6 +286,31 @@ class LaunchSettings(_Model):
         for mount in value:
             split_mount(mount)
         return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE_REF.fullmatch(value):
+            raise ValueError(f"{value!r} is not an image reference")
+        return value
+
+    @field_validator("node_selector", "node_affinity")
+    @classmethod
+    def _labels(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from gpulaunch.textcheck import label_key, label_value
+
+        for key, item in value.items():
+            label_key(key)
+            for one in item if isinstance(item, list) else [item]:
+                label_value(one)
+        return value
+
+    @field_validator("checkpoint_pvc")
+    @classmethod
+    def _pvc(cls, value: str | None) -> str | None:
+        from gpulaunch.textcheck import dns_subdomain
+
+        return None if value is None else dns_subdomain(value)
 
 
 class ProjectConfig(_Model):

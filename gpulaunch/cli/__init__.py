@@ -9,7 +9,7 @@ mapped to its exit code in `app.handle_errors`. A new command goes into the modu
 topic (or a new one beside them), registered by the import below.
 """
 
-from gpulaunch.cli import image, jobs, profiles  # noqa: F401 - registers the commands
+from gpulaunch.cli import cluster, image, jobs, profiles  # noqa: F401 - registers the commands
 from gpulaunch.cli.app import app, main
 
 __all__ = ["app", "main"]
