@@ -90,6 +90,19 @@ def run(
         bool,
         typer.Option("--no-container", help="Apply the same launch plan on this machine."),
     ] = False,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(help="Nodes of a multi-node run (torchrun c10d; host networking)."),
+    ] = None,
+    node_rank: Annotated[
+        int | None, typer.Option(help="This node's rank, 0 to nnodes-1 (multi-node).")
+    ] = None,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option(help="HOST:PORT of the rendezvous, the same on every node.")
+    ] = None,
+    rdzv_id: Annotated[
+        str | None, typer.Option(help="Rendezvous id, the same on every node (default: name).")
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
     dry_run: Annotated[
@@ -124,6 +137,8 @@ def run(
             "--nccl-ifname": nccl_ifname,
             "--numa": numa,
             "--precision": precision,
+            "--rdzv-endpoint": rdzv_endpoint,
+            "--rdzv-id": rdzv_id,
         }
     )
     if detach and no_container:
@@ -155,6 +170,10 @@ def run(
         precision=precision,
         expandable_segments=expandable_segments,
         no_container=no_container,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
     )
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     if dry_run:
