@@ -253,7 +253,7 @@ def plan_run(
         numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
     )
     _apply_docker_options(plan, launch, opts.network or (network if rdzv else None))
-    if rdzv and plan.network != "host":
+    if rdzv and not host_mode and plan.network != "host":
         raise ConfigError(f"--nnodes: a multi-node run needs host networking, not {plan.network}")
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
@@ -277,6 +277,8 @@ def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | No
 
     default_id = config.name.replace("/", "-")
     rdzv = rdzv_options(opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, default_id)
+    if opts.no_container:
+        return rdzv, network  # the host's own network; nothing to choose
     if network == "none":
         where = "--network" if opts.network else "launch.network"
         raise ConfigError(
