@@ -203,6 +203,10 @@ def build(
         bool, typer.Option("--dry-run", help="Print the docker build command; no daemon.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
+    push: Annotated[
+        str | None,
+        typer.Option(help="Then push to REGISTRY/NAME[:TAG] (default tag: gl-<hash>)."),
+    ] = None,
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.engine.docker_api import Engine
@@ -238,5 +242,15 @@ def build(
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
         return
+    if push is not None:
+        from gpulaunch.export.images import push_target
+
+        push_target(push)  # a bad reference fails before the build
     outcome = _build_with_progress(cfg, project, opts)
     typer.echo(outcome.tag)
+    if push is not None:
+        from gpulaunch.export.api import push_image
+
+        pushed = push_image(_engine(), project, outcome.tag, push, lambda line: None)
+        _err(f"pushed {pushed.pushed_tag}")
+        typer.echo(pushed.reference)

@@ -103,6 +103,10 @@ def run(
     rdzv_id: Annotated[
         str | None, typer.Option(help="Rendezvous id, the same on every node (default: name).")
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build."),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
     dry_run: Annotated[
@@ -174,7 +178,12 @@ def run(
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         rdzv_id=rdzv_id,
+        image=image,
     )
+    if image is not None:
+        from gpulaunch.export.images import parse_ref
+
+        parse_ref(image, "--image")
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     if dry_run:
         _dry_run(spec, as_json, detach)
@@ -213,7 +222,7 @@ def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
     prepared = prepare_build(
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
     )
-    job = plan_job(spec, prepared.tag)
+    job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
     _print_warnings(job.plan)
     _print_dry_run(job.plan, prepared, cli, as_json, detach)
 

@@ -206,6 +206,32 @@ class Engine:
             if not image.tags and MANAGED_LABEL in (image.labels or {}):
                 self.client().images.remove(image_id, noprune=False)
 
+    def push(self, local: str, repository: str, tag: str, on_line: Callable[[str], None]) -> str:
+        """Tag `local` as repository:tag, push it; the digest the engine reports (or '')."""
+        from docker.errors import DockerException
+
+        digest = ""
+        try:
+            self.client().images.get(local).tag(repository, tag)
+            for item in self.client().api.push(repository, tag=tag, stream=True, decode=True):
+                if item.get("error"):
+                    raise EngineError(f"push to {repository}: {item['error']}")
+                digest = (item.get("aux") or {}).get("Digest", digest)
+                on_line(" ".join(str(item.get(k, "")) for k in ("id", "status")).strip())
+        except DockerException as err:
+            raise EngineError(f"push to {repository}: {_short(err)}") from None
+        return str(digest)
+
+    def pull(self, ref: str) -> None:
+        """Make `ref` (NAME@sha256:... or NAME:TAG) present, pulling it when it is not."""
+        from docker.errors import DockerException
+
+        if not self.image_exists(ref):
+            try:
+                self.client().images.pull(ref)
+            except DockerException as err:
+                raise EngineError(f"pull {ref}: {_short(err)}") from None
+
     def tag(self, source: str, target: str) -> None:
         repo, _, tag = target.rpartition(":")
         self.client().images.get(source).tag(repo, tag)

@@ -4,9 +4,10 @@ spec, render; `submit` hands the rendered text to kubectl or sbatch (gpulaunch.o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.export.images import cluster_image
@@ -98,3 +99,36 @@ def submit_slurm(text: str) -> str:
     from gpulaunch.outside.tools import sbatch
 
     return sbatch(text)
+
+
+@dataclass(frozen=True)
+class Pushed:
+    reference: str  # REPOSITORY@sha256:...
+    pushed_tag: str  # REPOSITORY:TAG
+    digest: str
+
+
+def push_image(
+    engine: Any, project: Path, local: str, target: str, on_line: Callable[[str], None]
+) -> Pushed:
+    """`build --push`: push the built tag (its content-hash tag unless TAG is given), check
+    the digest against the registry's own answer, record it for exports."""
+    from gpulaunch.errors import EngineError
+    from gpulaunch.export.images import push_target, write_push_record
+    from gpulaunch.outside.registry import manifest_digest, ping
+
+    ref = push_target(target)
+    tag = ref.tag or local.rpartition(":")[2]
+    ping(ref.registry)  # a registry that does not answer fails in seconds, not at the push
+    digest = engine.push(local, ref.repository, tag, on_line)
+    reported = manifest_digest(ref.registry, ref.path, tag)
+    if not digest:
+        digest = reported
+    if not digest or (reported and reported != digest):
+        raise EngineError(
+            f"push to {ref.repository}:{tag}: the engine reported {digest or 'no digest'}, "
+            f"the registry {reported or 'none'}"
+        )
+    pinned = ref.pinned(digest)
+    write_push_record(project, local, pinned)
+    return Pushed(pinned, f"{ref.repository}:{tag}", digest)

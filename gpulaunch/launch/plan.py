@@ -59,6 +59,7 @@ class RunOptions:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
+    image: str | None = None  # a pushed image to run instead of building (--image)
 
 
 @dataclass
