@@ -213,6 +213,10 @@ def build(
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
 
     _check_network(network)
+    if push is not None:
+        from gpulaunch.export.images import push_target
+
+        push_target(push)  # a bad reference fails before anything is built or printed
     kind = _builder_choice(builder)
     cfg, project = _load(config)
     opts = BuildOptions(
@@ -241,11 +245,15 @@ def build(
             typer.echo(json.dumps(mask_data(data), indent=2))
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
-        return
-    if push is not None:
-        from gpulaunch.export.images import push_target
+            if push is not None:
+                from gpulaunch.export.images import push_target
 
-        push_target(push)  # a bad reference fails before the build
+                ref = push_target(push)
+                tag = ref.tag or prepared.tag.rpartition(":")[2]
+                typer.echo("# push (digest recorded in .gpulaunch/pushed.json)")
+                typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")
+                typer.echo(f"docker push {ref.repository}:{tag}")
+        return
     outcome = _build_with_progress(cfg, project, opts)
     typer.echo(outcome.tag)
     if push is not None:

@@ -258,6 +258,10 @@ def plan_run(
         raise ConfigError(f"--nnodes: a multi-node run needs host networking, not {plan.network}")
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
+    if rdzv:
+        where = "this host's network" if host_mode else "host networking (--network host)"
+        said = f"multi-node: {where}; the other nodes reach the rendezvous and NCCL/gloo here"
+        launch = dataclasses.replace(launch, notes=(*launch.notes, said))
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
     return LaunchPlan(plan, launch, numa, source, host_mode, _gpu_check(gpus, topo, untrusted_why))
 

@@ -24,11 +24,14 @@ _MANIFEST_TYPES = ", ".join(
 
 def _scheme(registry: str) -> str:
     """Docker talks plain HTTP only to loopback registries (without extra daemon settings)."""
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    if registry.startswith("["):  # [IPv6]:port
+        host = registry[1 : registry.find("]")]
+    else:
+        host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
     if host == "localhost":
         return "http"
     try:
-        return "http" if ipaddress.ip_address(host.strip("[]")).is_loopback else "https"
+        return "http" if ipaddress.ip_address(host).is_loopback else "https"
     except ValueError:
         return "https"
 
