@@ -263,6 +263,20 @@ class LaunchSettings(_Model):
     gpus: int | str = Field(1, description='Count, "all", "0,2", or 0 for CPU.')
     nproc: int | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
     profile: str = "default"
+    # -- multi-node and cluster exports (issue 12) --
+    image: str | None = Field(
+        None, description="A pushed image (REGISTRY/NAME[:TAG][@sha256:...]) to run and export."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes node labels, e.g. nvidia.com/gpu.product."
+    )
+    node_affinity: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Kubernetes node affinity: label key -> allowed values (key In [values]).",
+    )
+    checkpoint_pvc: str | None = Field(
+        None, description="PersistentVolumeClaim mounted at /checkpoints in Kubernetes exports."
+    )
     nccl: NcclPreset | None = None
     numa: NumaMode | None = None
     precision: Precision | None = None
@@ -308,6 +322,31 @@ class LaunchSettings(_Model):
         for mount in value:
             split_mount(mount)
         return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE_REF.fullmatch(value):
+            raise ValueError(f"{value!r} is not an image reference")
+        return value
+
+    @field_validator("node_selector", "node_affinity")
+    @classmethod
+    def _labels(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from gpulaunch.textcheck import label_key, label_value
+
+        for key, item in value.items():
+            label_key(key)
+            for one in item if isinstance(item, list) else [item]:
+                label_value(one)
+        return value
+
+    @field_validator("checkpoint_pvc")
+    @classmethod
+    def _pvc(cls, value: str | None) -> str | None:
+        from gpulaunch.textcheck import dns_subdomain
+
+        return None if value is None else dns_subdomain(value)
 
 
 class ProjectConfig(_Model):
@@ -418,45 +457,10 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ProjectConfig:
     `overrides` are `--set dotted.path=value` items, applied before validation."""
     data = read_yaml_file(path)
     if overrides:
+        from gpulaunch.yamlio import apply_overrides
+
         data = apply_overrides(data, overrides)
     return validate_data(data, str(path.name))
-
-
-_SET_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-
-
-def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
-    """`--set image.torch=2.5.1` (repeatable): each dotted path is set in the raw config,
-    creating mappings on the way, so the schema checks it like a value in the file and its
-    errors name the same field paths. Values are YAML scalars or flow lists without floats
-    ("2.10" stays "2.10"; `[torchvision]`, `4`, `true`, `null` work)."""
-    from gpulaunch.yamlio import parse_yaml_text
-
-    if not isinstance(data, dict):
-        return data
-    for item in overrides:
-        path, sep, text = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set: {item!r} is not PATH=VALUE (e.g. image.torch=2.5.1)")
-        keys = path.strip().split(".")
-        if not all(_SET_KEY.fullmatch(key) for key in keys):
-            raise ConfigError(f"--set: {path!r} is not a dotted path like image.torch")
-        try:
-            single_line(text)
-        except ValueError as err:
-            raise ConfigError(f"--set {path}: {text!r} {err}") from None
-        value = parse_yaml_text(text, f"--set {path}") if text.strip() else ""
-        node = data
-        for depth, key in enumerate(keys[:-1]):
-            child = node.setdefault(key, {})
-            if child is None:
-                child = node[key] = {}
-            if not isinstance(child, dict):
-                where = ".".join(keys[: depth + 1])
-                raise ConfigError(f"--set: {where} is not a mapping; cannot set {path}")
-            node = child
-        node[keys[-1]] = value
-    return data
 
 
 def find_config(explicit: Path | None, cwd: Path) -> Path:

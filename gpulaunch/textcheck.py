@@ -126,3 +126,45 @@ _GPU_ID = re.compile(
     r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+"
     r"|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 )
+
+
+# Kubernetes names and labels (apimachinery validation rules), shared by config and flags.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def dns_label(value: str, limit: int = 63) -> str:
+    """An RFC 1123 label (a Service or Job name, a hostname part), at most `limit` characters."""
+    if len(value) > limit or not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a DNS label (lowercase letters, digits and -, at most {limit})"
+        )
+    return value
+
+
+def dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a DNS subdomain name (lowercase, digits, - and .)")
+    return value
+
+
+def label_key(key: str) -> str:
+    """A label key: optional DNS-subdomain prefix and `/`, then a name of at most 63."""
+    prefix, slash, name = key.rpartition("/")
+    ok = bool(_LABEL_NAME.fullmatch(name)) and len(name) <= 63
+    if slash:
+        ok = ok and bool(_DNS_SUBDOMAIN.fullmatch(prefix)) and len(prefix) <= 253
+    if not ok:
+        raise ValueError(f"{key!r} is not a valid label key (e.g. nvidia.com/gpu.product)")
+    return key
+
+
+def label_value(value: str) -> str:
+    if (
+        not isinstance(value, str)
+        or len(value) > 63
+        or not (value == "" or _LABEL_NAME.fullmatch(value))
+    ):
+        raise ValueError(f"{value!r} is not a valid label value (at most 63 of A-Z a-z 0-9 - _ .)")
+    return value

@@ -8,10 +8,12 @@ string "2.10" because gpulaunch.yaml has no float fields and versions must not l
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import single_line
 
 MAX_BYTES = 1024 * 1024  # a config larger than 1 MiB is not a config
 MAX_NODES = 100_000  # expanded node count; stops alias bombs ("billion laughs")
@@ -160,3 +162,38 @@ def atomic_write(
     from gpulaunch.fsio import write_file
 
     write_file(path, content, root=root, force=force, mode=mode)
+
+
+_SET_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def apply_overrides(data: Any, overrides: Sequence[str]) -> Any:
+    """`--set image.torch=2.5.1` (repeatable): each dotted path is set in the raw config,
+    creating mappings on the way, so the schema checks it like a value in the file and its
+    errors name the same field paths. Values are YAML scalars or flow lists without floats
+    ("2.10" stays "2.10"; `[torchvision]`, `4`, `true`, `null` work)."""
+    if not isinstance(data, dict):
+        return data
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set: {item!r} is not PATH=VALUE (e.g. image.torch=2.5.1)")
+        keys = path.strip().split(".")
+        if not all(_SET_KEY.fullmatch(key) for key in keys):
+            raise ConfigError(f"--set: {path!r} is not a dotted path like image.torch")
+        try:
+            single_line(text)
+        except ValueError as err:
+            raise ConfigError(f"--set {path}: {text!r} {err}") from None
+        value = parse_yaml_text(text, f"--set {path}") if text.strip() else ""
+        node = data
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                where = ".".join(keys[: depth + 1])
+                raise ConfigError(f"--set: {where} is not a mapping; cannot set {path}")
+            node = child
+        node[keys[-1]] = value
+    return data

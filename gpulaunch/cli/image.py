@@ -1,4 +1,5 @@
-"""Commands about the image: init, render, versions, schema, build.
+"""Commands about the image: init, render, versions, schema, build, and `catalog update`
+(PyPI -> a user overlay) with the catalog staleness warning the image commands print.
 
 Each parses its flags, calls one core function and prints the result; heavy modules are
 imported inside the command so `gpulaunch --help` stays fast.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +26,6 @@ from gpulaunch.cli.app import (
     app,
     handle_errors,
 )
-from gpulaunch.cli.catalog import warn_if_stale
 from gpulaunch.errors import ConfigError
 
 
@@ -210,12 +211,20 @@ def build(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: JSON plan.")] = False,
     sets: SetOpt = None,
+    push: Annotated[
+        str | None,
+        typer.Option(help="Then push to REGISTRY/NAME[:TAG] (default tag: gl-<hash>)."),
+    ] = None,
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.engine.docker_api import Engine
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
 
     _check_network(network)
+    if push is not None:
+        from gpulaunch.export.images import push_target
+
+        push_target(push)  # a bad reference fails before anything is built or printed
     kind = _builder_choice(builder)
     cfg, project = _load(config, sets)
     opts = BuildOptions(
@@ -244,6 +253,93 @@ def build(
             typer.echo(json.dumps(mask_data(data), indent=2))
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
+            if push is not None:
+                from gpulaunch.export.images import push_target
+
+                ref = push_target(push)
+                tag = ref.tag or prepared.tag.rpartition(":")[2]
+                typer.echo("# push (digest recorded in .gpulaunch/pushed.json)")
+                typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")
+                typer.echo(f"docker push {ref.repository}:{tag}")
         return
     outcome = _build_with_progress(cfg, project, opts)
     typer.echo(outcome.tag)
+    if push is not None:
+        from gpulaunch.export.api import push_image
+
+        pushed = push_image(_engine(), project, outcome.tag, push, lambda line: None)
+        _err(f"pushed {pushed.pushed_tag}")
+        typer.echo(pushed.reference)
+
+
+catalog_app = typer.Typer(
+    help="The version catalog: refresh it from PyPI into a user overlay.",
+    no_args_is_help=True,
+)
+app.add_typer(catalog_app, name="catalog")
+
+
+def warn_if_stale() -> None:
+    """One stderr line, at most once a day, when the catalog's facts are ~90+ days old.
+    Never fails the command it is part of."""
+    from gpulaunch.catalog.staleness import due_warning
+    from gpulaunch.errors import GpulaunchError
+    from gpulaunch.image.catalog_data import load_catalog
+
+    try:
+        cat = load_catalog()
+        message = due_warning(cat.research_date, [Path(p) for p in cat.overlays], date.today())
+    except (GpulaunchError, OSError):
+        return
+    if message:
+        _err(f"warning: {message}")
+
+
+@catalog_app.command("update")
+@handle_errors
+def update(
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Overlay file to write (default: $XDG_CONFIG_HOME/gpulaunch/catalog.d/pypi.yaml).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for each PyPI answer.", min=1, max=300)
+    ] = 20.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
+) -> None:
+    """Read torch / torchvision / torchaudio releases from PyPI's JSON API (and the PyTorch
+    wheel index and Docker Hub where reachable) and write what the packaged catalog lacks as
+    an overlay, with confidence levels and the sources it could not reach."""
+    from gpulaunch.catalog.overlay import overlay_dir
+    from gpulaunch.catalog.update import OVERLAY_NAME, Sources, run_update
+    from gpulaunch.image.catalog_data import check_overlay
+
+    target = output.absolute() if output else overlay_dir() / OVERLAY_NAME
+    report = run_update(
+        output=target,
+        today=date.today(),
+        check=lambda data: check_overlay(data, str(target)),  # replaces the file it rewrites
+        sources=Sources(timeout=timeout),
+    )
+    if as_json:
+        data = {
+            "path": str(report.path),
+            "added": report.added,
+            "unconfirmed": report.unconfirmed,
+            "not_reached": report.unreachable,
+        }
+        typer.echo(json.dumps(data, indent=2))
+        return
+    for line in report.added:
+        typer.echo(f"added: {line}")
+    if not report.added:
+        typer.echo("nothing new on PyPI: the catalog knows every torch release")
+    for line in report.unconfirmed:
+        typer.echo(f"unconfirmed: {line}")
+    for line in report.unreachable:
+        typer.echo(f"not reached: {line}")
+    typer.echo(f"wrote {report.path}")

@@ -91,6 +91,23 @@ def run(
         bool,
         typer.Option("--no-container", help="Apply the same launch plan on this machine."),
     ] = False,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(help="Nodes of a multi-node run (torchrun c10d; host networking)."),
+    ] = None,
+    node_rank: Annotated[
+        int | None, typer.Option(help="This node's rank, 0 to nnodes-1 (multi-node).")
+    ] = None,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option(help="HOST:PORT of the rendezvous, the same on every node.")
+    ] = None,
+    rdzv_id: Annotated[
+        str | None, typer.Option(help="Rendezvous id, the same on every node (default: name).")
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build."),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
     dry_run: Annotated[
@@ -135,6 +152,8 @@ def run(
             "--numa": numa,
             "--precision": precision,
             "--price": price,
+            "--rdzv-endpoint": rdzv_endpoint,
+            "--rdzv-id": rdzv_id,
         }
     )
     price = _check_price(price)
@@ -168,7 +187,16 @@ def run(
         expandable_segments=expandable_segments,
         no_container=no_container,
         restarts=restarts,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        image=image,
     )
+    if image is not None:
+        from gpulaunch.export.images import parse_ref
+
+        parse_ref(image, "--image")
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:
         _dry_run(spec, as_json, detach)
@@ -244,7 +272,7 @@ def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
     prepared = prepare_build(
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
     )
-    job = plan_job(spec, prepared.tag)
+    job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
     _print_warnings(job.plan)
     _print_dry_run(job.plan, prepared, cli, as_json, detach)
 

@@ -26,6 +26,7 @@ from gpulaunch.engine.buildspec import (
     _write_secrets,
 )
 from gpulaunch.engine.context import mirror, write_tar
+from gpulaunch.engine.replies import _client_version, _is_executable, _major, _short
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -216,6 +217,32 @@ class Engine:
             image = self.client().images.get(image_id)
             if not image.tags and MANAGED_LABEL in (image.labels or {}):
                 self.client().images.remove(image_id, noprune=False)
+
+    def push(self, local: str, repository: str, tag: str, on_line: Callable[[str], None]) -> str:
+        """Tag `local` as repository:tag, push it; the digest the engine reports (or '')."""
+        from docker.errors import DockerException
+
+        digest = ""
+        try:
+            self.client().images.get(local).tag(repository, tag)
+            for item in self.client().api.push(repository, tag=tag, stream=True, decode=True):
+                if item.get("error"):
+                    raise EngineError(f"push to {repository}: {item['error']}")
+                digest = (item.get("aux") or {}).get("Digest", digest)
+                on_line(" ".join(str(item.get(k, "")) for k in ("id", "status")).strip())
+        except DockerException as err:
+            raise EngineError(f"push to {repository}: {_short(err)}") from None
+        return str(digest)
+
+    def pull(self, ref: str) -> None:
+        """Make `ref` (NAME@sha256:... or NAME:TAG) present, pulling it when it is not."""
+        from docker.errors import DockerException
+
+        if not self.image_exists(ref):
+            try:
+                self.client().images.pull(ref)
+            except DockerException as err:
+                raise EngineError(f"pull {ref}: {_short(err)}") from None
 
     def tag(self, source: str, target: str) -> None:
         repo, _, tag = target.rpartition(":")
@@ -465,31 +492,3 @@ class Engine:
 
 def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
     return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
-
-
-def _is_executable(path: Path) -> bool:
-    """Like shutil.which's test: a PATH entry we may not read (root's ~/bin under sudo or
-    another uid) is skipped instead of raising PermissionError."""
-    try:
-        return path.is_file() and os.access(path, os.X_OK)
-    except OSError:
-        return False
-
-
-def _client_version(text: str) -> str:
-    """'Docker version 20.10.24, build 297e128' -> '20.10.24'."""
-    match = re.search(r"version (\d+[\w.+-]*)", text)
-    return match.group(1) if match else ""
-
-
-def _major(version: str) -> int:
-    try:
-        return int(version.split(".", 1)[0])
-    except ValueError:
-        return 0
-
-
-def _short(err: BaseException) -> str:
-    explanation = getattr(err, "explanation", None)
-    text = str(explanation or err).strip()
-    return " ".join(text.split())[:400]

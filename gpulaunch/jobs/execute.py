@@ -90,6 +90,11 @@ def build_image(job: Job, engine: Any, io: JobIO) -> None:
     from gpulaunch.image.build import BuildOptions
 
     spec = job.spec
+    pushed = spec.opts.image or spec.cfg.launch.image
+    if pushed:  # run what was pushed (pulled when this engine lacks it), never a rebuild
+        engine.pull(pushed)
+        job.plan.run.image = pushed
+        return
     job.build = io.build(
         spec.cfg,
         spec.project,

@@ -6,11 +6,12 @@ One validator serves a flag and its config field.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path, PurePosixPath
 
 from gpulaunch.engine.runspec import WORKSPACE, Mount
 from gpulaunch.errors import ConfigError
-from gpulaunch.textcheck import env_item, parse_gpus, single_line, split_mount
+from gpulaunch.textcheck import ascii_int, env_item, parse_gpus, single_line, split_mount
 
 
 def parse_mount(spec: str, project: Path, where: str) -> Mount:
@@ -90,9 +91,16 @@ def parse_env_flags(values: list[str]) -> dict[str, str]:
 
 
 def script_command(
-    script: str, args: list[str], project: Path, cwd: Path, nproc: int, wrapper: str | None
+    script: str,
+    args: list[str],
+    project: Path,
+    cwd: Path,
+    nproc: int,
+    wrapper: str | None,
+    rdzv: list[str] | None = None,
 ) -> list[str]:
-    """python SCRIPT (one process) or torchrun --standalone --nproc-per-node N SCRIPT."""
+    """python SCRIPT (one process), torchrun --standalone --nproc-per-node N SCRIPT, or with
+    `rdzv` (multi-node torchrun options) torchrun RDZV --nproc-per-node N SCRIPT."""
     path = (cwd / script).resolve()
     if not path.is_file():
         raise ConfigError(f"script: {script!r} not found")
@@ -101,6 +109,9 @@ def script_command(
     except ValueError:
         raise ConfigError(f"script: {script!r} is outside the project {project}") from None
     target = str(PurePosixPath(WORKSPACE) / rel.as_posix())
+    if rdzv:
+        head = ["torchrun", *rdzv, "--nproc-per-node", str(nproc)]
+        return [*head, *([wrapper, target] if wrapper else [target]), *args]
     if nproc > 1:
         head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
@@ -147,3 +158,47 @@ def single_process_warning(script: Path, nproc: int) -> str | None:
         f"{script.name} shows no sign of distributed use (torch.distributed, LOCAL_RANK, "
         f"accelerate, lightning ...): each of the {nproc} processes runs the whole script"
     )
+
+
+MAX_NODES = 4096
+_RDZV_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})*")
+
+
+def parse_endpoint(value: str) -> tuple[str, int]:
+    """--rdzv-endpoint HOST:PORT (a name, an IPv4 address or [IPv6]) with a port 1-65535."""
+    import ipaddress
+
+    host, sep, port_text = value.rpartition(":")
+    port = ascii_int(port_text)
+    if not sep or not host or port is None or not 1 <= port <= 65535:
+        raise ConfigError(f"--rdzv-endpoint: {value!r} is not HOST:PORT (port 1-65535)")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.removeprefix("[").removesuffix("]"))
+        except ValueError:
+            raise ConfigError(f"--rdzv-endpoint: {host!r} is not an IPv6 address") from None
+    elif not _HOSTNAME.fullmatch(host):
+        raise ConfigError(f"--rdzv-endpoint: {host!r} is not a host name or address")
+    return host, port
+
+
+def rdzv_options(
+    nnodes: int, node_rank: int | None, endpoint: str | None, rdzv_id: str | None, default_id: str
+) -> list[str]:
+    """torchrun's c10d rendezvous options for `run --nnodes N` (checked: exit 2 naming the flag)."""
+    if not 1 <= nnodes <= MAX_NODES:
+        raise ConfigError(f"--nnodes: {nnodes} is not between 1 and {MAX_NODES}")
+    if node_rank is not None and not 0 <= node_rank < nnodes:
+        raise ConfigError(f"--node-rank: {node_rank} is not below --nnodes {nnodes} (0-based)")
+    if endpoint is None:
+        raise ConfigError(
+            "--rdzv-endpoint: required with --nnodes (HOST:PORT of the first node, same on all)"
+        )
+    host, port = parse_endpoint(endpoint)
+    ident = rdzv_id or default_id
+    if not _RDZV_ID.fullmatch(ident):
+        raise ConfigError(f"--rdzv-id: {ident!r} must be letters, digits, _ . - (at most 128)")
+    argv = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d"]
+    argv += ["--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", ident]
+    return argv + (["--node-rank", str(node_rank)] if node_rank is not None else [])

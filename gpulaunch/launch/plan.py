@@ -59,6 +59,12 @@ class RunOptions:
     expandable_segments: bool | None = None
     no_container: bool = False
     restarts: int = 0  # --restarts: torchrun --max-restarts, or gpulaunch restarts the job
+    # multi-node (torchrun c10d rendezvous; host networking implied)
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    image: str | None = None  # a pushed image to run instead of building (--image)
 
 
 @dataclass
@@ -204,8 +210,11 @@ def plan_run(
 
     host_mode = opts.no_container
     bind_script = _numa_bind_path(host_mode) if numa.ranks else None
+    rdzv, network = _multi_node(config, opts)
+    if rdzv and not opts.script:
+        raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
     if opts.script:
-        command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script)
+        command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script, rdzv)
         if host_mode:
             command = _host_paths(command, project)
     elif opts.command:
@@ -253,7 +262,6 @@ def plan_run(
         raise ConfigError("--mount: two mounts share the same container path")
 
     run_id = new_run_id()
-    network = opts.network or config.launch.network
     plan = RunPlan(
         image=image,
         name=f"gl-{config.name.replace('/', '-')}-{run_id}",
@@ -268,11 +276,17 @@ def plan_run(
         numa=[{k: r[k] for k in ("rank", "gpu", "numa_node", "cpus")} for r in numa.to_json()],
         stop_timeout=config.launch.stop_grace,
     )
-    _apply_docker_options(plan, launch, opts.network)
+    _apply_docker_options(plan, launch, opts.network or (network if rdzv else None))
+    if rdzv and not host_mode and plan.network != "host":
+        raise ConfigError(f"--nnodes: a multi-node run needs host networking, not {plan.network}")
     if restart_by == "gpulaunch" and opts.detach:
         plan.restart_retries = opts.restarts  # nobody stays to restart it: the engine does
     if plan.network == "none":  # a profile may choose it after the plan was made
         plan.pin_hostname()
+    if rdzv:
+        where = "this host's network" if host_mode else "host networking (--network host)"
+        said = f"multi-node: {where}; the other nodes reach the rendezvous and NCCL/gloo here"
+        launch = dataclasses.replace(launch, notes=(*launch.notes, said))
     source = topo.source if topo is not None else "unknown (no NVML; no fixture)"
     return LaunchPlan(
         plan,
@@ -302,6 +316,35 @@ def checkpoint_folder(config: ProjectConfig, project: Path) -> Path | None:
     if path == project or project.is_relative_to(path):
         raise ConfigError("launch.checkpoint_dir: must not be the project folder or above it")
     return path
+
+
+def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | None, str]:
+    """torchrun's rendezvous options and the network: host for a multi-node run.
+
+    The other nodes reach this one's rendezvous and NCCL/gloo sockets on the host's own
+    addresses, so `--network none` cannot work and is refused with the reason.
+    """
+    network = opts.network or config.launch.network
+    multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id]
+    if opts.nnodes is None:
+        if any(v is not None for v in multi):
+            raise ConfigError("--node-rank/--rdzv-endpoint/--rdzv-id: need --nnodes N")
+        return None, network
+    from gpulaunch.launch.flags import rdzv_options
+
+    default_id = config.name.replace("/", "-")
+    rdzv = rdzv_options(opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, default_id)
+    if opts.no_container:
+        return rdzv, network  # the host's own network; nothing to choose
+    if network == "none":
+        where = "--network" if opts.network else "launch.network"
+        raise ConfigError(
+            f"{where}: none cannot reach the other nodes of --nnodes {opts.nnodes} "
+            "(multi-node runs use host networking)"
+        )
+    if opts.nccl == "ib-gdr" and opts.network not in (None, "host"):
+        raise ConfigError("--nccl: ib-gdr needs host networking (RDMA devices, IB interfaces)")
+    return rdzv, "host"
 
 
 def _gpu_check(gpus: int | str, topo: Topology | None, why: str) -> str:

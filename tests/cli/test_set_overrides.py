@@ -10,7 +10,7 @@ from conftest import snapshot
 from typer.testing import CliRunner
 
 from gpulaunch.cli import app
-from gpulaunch.config import apply_overrides
+from gpulaunch.yamlio import apply_overrides
 
 CONFIG = """\
 version: 1

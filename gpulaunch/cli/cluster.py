@@ -1,0 +1,292 @@
+"""Commands that hand a job to a cluster: `export k8s|slurm` (write manifests or an sbatch
+script) and `submit k8s|slurm` (the same, given to kubectl or sbatch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpulaunch.cli.app import ConfigOpt, _check_single_line, _err, _load, app, handle_errors
+
+export_app = typer.Typer(
+    help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
+    no_args_is_help=True,
+)
+submit_app = typer.Typer(
+    help="Export and hand the job to the cluster (kubectl apply, sbatch).", no_args_is_help=True
+)
+app.add_typer(export_app, name="export")
+app.add_typer(submit_app, name="submit")
+
+ScriptArg = Annotated[str, typer.Argument(help="Python script in the project.")]
+ArgsArg = Annotated[list[str] | None, typer.Argument(help="Arguments for the script (after --).")]
+NodesOpt = Annotated[int, typer.Option("--nodes", help="Nodes (one torchrun per node).")]
+GpusOpt = Annotated[str | None, typer.Option(help="GPUs per node (default: launch.gpus).")]
+NprocOpt = Annotated[
+    int | None, typer.Option(help="Processes per node (default: one per GPU).", min=1, max=1024)
+]
+NameOpt = Annotated[str | None, typer.Option(help="Job name (default: from the project name).")]
+ImageOpt = Annotated[
+    str | None,
+    typer.Option(help="Pushed image REGISTRY/NAME[:TAG][@sha256:...] (default: build --push)."),
+]
+ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile.")]
+NcclOpt = Annotated[str | None, typer.Option(help="NCCL preset.")]
+PrecisionOpt = Annotated[str | None, typer.Option(help="fp32, tf32, fp16 or bf16.")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
+RestartsOpt = Annotated[
+    int, typer.Option(help="Restarts before the job fails (backoffLimit / maxRestarts).")
+]
+KindOpt = Annotated[str, typer.Option(help="job (Indexed Job + Service), jobset or pytorchjob.")]
+NamespaceOpt = Annotated[str | None, typer.Option(help="metadata.namespace of every object.")]
+ContainerOpt = Annotated[str, typer.Option(help="pyxis, apptainer, docker or none (host mode).")]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="File to write; - for stdout.")]
+ForceOpt = Annotated[bool, typer.Option(help="Overwrite an existing output file.")]
+
+
+def _opts(script: str, args: Any, **kw: Any) -> Any:
+    from gpulaunch.export.spec import ExportOptions
+
+    _check_single_line(
+        {f"--{k}": v for k, v in kw.items() if k in ("gpus", "name", "image", "profile", "nccl")}
+    )
+    kw["env"] = list(kw.get("env") or [])
+    return ExportOptions(script=script, args=list(args or []), **kw)
+
+
+def _write(text: str, output: str, force: bool, project: Path) -> None:
+    from gpulaunch.fsio import is_stdout, write_file
+
+    if is_stdout(output):
+        typer.echo(text, nl=False)
+        return
+    target = Path(output).absolute()
+    inside = target.is_relative_to(project) and target != project
+    write_file(target, text, force=force, root=project if inside else None)
+    _err(f"wrote {output}")
+
+
+def _k8s(config: Any, script: str, args: Any, kind: str, namespace: Any, **kw: Any) -> Any:
+    from gpulaunch.export.api import export_k8s
+
+    cfg, project = _load(config)
+    result = export_k8s(
+        cfg, project, Path.cwd(), _opts(script, args, **kw), kind, namespace, config
+    )
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
+    return result, project
+
+
+def _slurm(config: Any, script: str, args: Any, slurm: dict[str, Any], **kw: Any) -> Any:
+    from gpulaunch.export.api import export_slurm
+    from gpulaunch.export.slurm import SlurmOptions
+
+    _check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
+    cfg, project = _load(config)
+    opts = _opts(script, args, **kw)
+    result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**slurm), config)
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
+    return result, project
+
+
+@export_app.command("k8s")
+@handle_errors
+def export_k8s_cmd(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    config: ConfigOpt = None,
+    nodes: NodesOpt = 1,
+    gpus: GpusOpt = None,
+    nproc: NprocOpt = None,
+    kind: KindOpt = "job",
+    name: NameOpt = None,
+    namespace: NamespaceOpt = None,
+    image: ImageOpt = None,
+    profile: ProfileOpt = None,
+    nccl: NcclOpt = None,
+    precision: PrecisionOpt = None,
+    env: EnvOpt = None,
+    restarts: RestartsOpt = 0,
+    output: OutputOpt = "-",
+    force: ForceOpt = False,
+) -> None:
+    """Kubernetes manifests: Indexed Job + headless Service (default), JobSet or PyTorchJob."""
+    result, project = _k8s(
+        config,
+        script,
+        args,
+        kind,
+        namespace,
+        nodes=nodes,
+        gpus=gpus,
+        nproc=nproc,
+        name=name,
+        image=image,
+        profile=profile,
+        nccl=nccl,
+        precision=precision,
+        env=env,
+        restarts=restarts,
+    )
+    _write(result.text, output, force, project)
+
+
+@export_app.command("slurm")
+@handle_errors
+def export_slurm_cmd(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    config: ConfigOpt = None,
+    nodes: NodesOpt = 1,
+    gpus: GpusOpt = None,
+    nproc: NprocOpt = None,
+    container: ContainerOpt = "docker",
+    name: NameOpt = None,
+    image: ImageOpt = None,
+    partition: Annotated[str | None, typer.Option(help="#SBATCH --partition.")] = None,
+    account: Annotated[str | None, typer.Option(help="#SBATCH --account.")] = None,
+    time: Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")] = None,
+    cpus: Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")] = None,
+    profile: ProfileOpt = None,
+    nccl: NcclOpt = None,
+    precision: PrecisionOpt = None,
+    env: EnvOpt = None,
+    output: OutputOpt = "-",
+    force: ForceOpt = False,
+) -> None:
+    """An sbatch script: one torchrun per node via srun, c10d rendezvous at the first node."""
+    slurm = {
+        "container": container,
+        "partition": partition,
+        "account": account,
+        "time": time,
+        "cpus": cpus,
+    }
+    result, project = _slurm(
+        config,
+        script,
+        args,
+        slurm,
+        nodes=nodes,
+        gpus=gpus,
+        nproc=nproc,
+        name=name,
+        image=image,
+        profile=profile,
+        nccl=nccl,
+        precision=precision,
+        env=env,
+    )
+    _write(result.text, output, force, project)
+
+
+@submit_app.command("k8s")
+@handle_errors
+def submit_k8s_cmd(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    config: ConfigOpt = None,
+    nodes: NodesOpt = 1,
+    gpus: GpusOpt = None,
+    nproc: NprocOpt = None,
+    kind: KindOpt = "job",
+    name: NameOpt = None,
+    namespace: NamespaceOpt = None,
+    image: ImageOpt = None,
+    profile: ProfileOpt = None,
+    nccl: NcclOpt = None,
+    precision: PrecisionOpt = None,
+    env: EnvOpt = None,
+    restarts: RestartsOpt = 0,
+    context: Annotated[str | None, typer.Option(help="kubectl --context.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the kubectl command and manifest only.")
+    ] = False,
+) -> None:
+    """Export for Kubernetes and `kubectl apply -f -` it."""
+    from gpulaunch.export.api import submit_k8s
+
+    _check_single_line({"--context": context})
+    result, _ = _k8s(
+        config,
+        script,
+        args,
+        kind,
+        namespace,
+        nodes=nodes,
+        gpus=gpus,
+        nproc=nproc,
+        name=name,
+        image=image,
+        profile=profile,
+        nccl=nccl,
+        precision=precision,
+        env=env,
+        restarts=restarts,
+    )
+    if dry_run:
+        ctx = f"--context {context} " if context else ""
+        typer.echo(f"# kubectl {ctx}apply -f - <<'MANIFEST'")
+        typer.echo(result.text + "MANIFEST")
+        return
+    typer.echo(submit_k8s(result.text, context), nl=False)
+
+
+@submit_app.command("slurm")
+@handle_errors
+def submit_slurm_cmd(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    config: ConfigOpt = None,
+    nodes: NodesOpt = 1,
+    gpus: GpusOpt = None,
+    nproc: NprocOpt = None,
+    container: ContainerOpt = "docker",
+    name: NameOpt = None,
+    image: ImageOpt = None,
+    partition: Annotated[str | None, typer.Option(help="#SBATCH --partition.")] = None,
+    account: Annotated[str | None, typer.Option(help="#SBATCH --account.")] = None,
+    time: Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")] = None,
+    cpus: Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")] = None,
+    profile: ProfileOpt = None,
+    nccl: NcclOpt = None,
+    precision: PrecisionOpt = None,
+    env: EnvOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the sbatch command and script only.")
+    ] = False,
+) -> None:
+    """Export the sbatch script and submit it with sbatch; prints the job id."""
+    from gpulaunch.export.api import submit_slurm
+
+    slurm = {
+        "container": container,
+        "partition": partition,
+        "account": account,
+        "time": time,
+        "cpus": cpus,
+    }
+    result, _ = _slurm(
+        config,
+        script,
+        args,
+        slurm,
+        nodes=nodes,
+        gpus=gpus,
+        nproc=nproc,
+        name=name,
+        image=image,
+        profile=profile,
+        nccl=nccl,
+        precision=precision,
+        env=env,
+    )
+    if dry_run:
+        typer.echo("# sbatch --parsable <<'SCRIPT'")
+        typer.echo(result.text + "SCRIPT")
+        return
+    typer.echo(submit_slurm(result.text))

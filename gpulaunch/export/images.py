@@ -1,0 +1,127 @@
+"""Which image a cluster runs: a pushed reference, never a tag only this machine has.
+
+`build --push` records what it pushed (`.gpulaunch/pushed.json`: local tag -> the
+registry reference with its digest); exports read that record, so clusters run exactly
+the bytes that were built. A reference without a registry host is refused for clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpulaunch.errors import ConfigError
+
+PUSH_RECORD = Path(".gpulaunch") / "pushed.json"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_REPO = re.compile(
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]+)*(?::[0-9]{1,5})?"
+)
+_TAG = re.compile(r"[\w][\w.-]{0,127}")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """REGISTRY/PATH[:TAG][@sha256:...] split into its parts."""
+
+    registry: str  # "" when the reference names none (Docker Hub or a local image)
+    path: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def repository(self) -> str:
+        return f"{self.registry}/{self.path}" if self.registry else self.path
+
+    def __str__(self) -> str:
+        out = self.repository + (f":{self.tag}" if self.tag else "")
+        return out + (f"@{self.digest}" if self.digest else "")
+
+    def pinned(self, digest: str) -> str:
+        """repository@digest: what a cluster should pull."""
+        return f"{self.repository}@{digest}"
+
+
+def parse_ref(text: str, where: str) -> ImageRef:
+    """Docker's reference grammar; a first part with `.` or `:` (or localhost) is a registry."""
+    rest, _, digest = text.partition("@")
+    if digest and not _DIGEST.fullmatch(digest):
+        raise ConfigError(f"{where}: {text!r} has an invalid digest (sha256:<64 hex>)")
+    first, slash, remainder = rest.partition("/")
+    registry = ""
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        registry, rest = first, remainder
+        if not _HOST.fullmatch(registry):
+            raise ConfigError(f"{where}: {registry!r} is not a registry host[:port]")
+    path, tag = rest, ""
+    if ":" in rest:
+        path, _, tag = rest.rpartition(":")
+        if not _TAG.fullmatch(tag):
+            raise ConfigError(f"{where}: {tag!r} is not a valid tag")
+    if not _REPO.fullmatch(path):
+        raise ConfigError(f"{where}: {text!r} is not an image reference (REGISTRY/NAME[:TAG])")
+    return ImageRef(registry, path, tag, digest)
+
+
+def push_target(text: str) -> ImageRef:
+    """`build --push REGISTRY/NAME[:TAG]`: a registry is required, a digest is not allowed."""
+    ref = parse_ref(text, "--push")
+    if not ref.registry:
+        raise ConfigError(
+            f"--push: {text!r} names no registry; give REGISTRY/NAME (e.g. 127.0.0.1:5000/train)"
+        )
+    if ref.digest:
+        raise ConfigError("--push: give REGISTRY/NAME[:TAG]; the digest is what the push returns")
+    return ref
+
+
+def read_push_record(project: Path) -> dict[str, str]:
+    """Local tag -> pushed reference (with digest); {} when nothing was pushed."""
+    path = project / PUSH_RECORD
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: unreadable push record ({err}); push again") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a push record; push again")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def write_push_record(project: Path, local_tag: str, pushed: str) -> None:
+    from gpulaunch.fsio import write_file
+
+    record = read_push_record(project)
+    record[local_tag] = pushed
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    write_file(project / PUSH_RECORD, text, root=project, force=True)
+
+
+def cluster_image(
+    explicit: str | None, configured: str | None, local_tag: str, project: Path, where: str
+) -> str:
+    """The image a cluster pulls: --image, else launch.image, else what `build --push` pushed
+    for the current build; a tag only this machine has is refused with the fix."""
+    if explicit or configured:
+        text = str(explicit or configured)
+        ref = parse_ref(text, "--image" if explicit else "launch.image")
+        if not ref.registry:
+            raise ConfigError(
+                f"{'--image' if explicit else 'launch.image'}: {text!r} names no registry; "
+                "cluster nodes cannot pull it",
+                hint="push it first: gpulaunch build --push REGISTRY/NAME",
+            )
+        return text
+    pushed = read_push_record(project).get(local_tag)
+    if pushed:
+        return pushed
+    raise ConfigError(
+        f"{where}: the image {local_tag} exists only on this machine; cluster nodes cannot pull it",
+        hint="push it: gpulaunch build --push REGISTRY/NAME (or --image REGISTRY/NAME@sha256:...)",
+    )

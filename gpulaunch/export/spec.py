@@ -1,0 +1,178 @@
+"""A target-neutral description of one multi-node job, from the same config, profile and
+flags as `gpulaunch run`: image, torchrun argv, nodes x processes, env, /dev/shm, node
+selection. The Kubernetes and Slurm renderers only change the wrapping.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from gpulaunch.engine.runspec import WORKSPACE
+from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import dns_label, single_line
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProjectConfig
+
+RDZV_PORT = 29500
+MAX_NODES = 4096
+CHECKPOINT_DIR = "/checkpoints"
+_SHM = re.compile(r"([0-9]+)([bkmgBKMG]?)")
+
+
+@dataclass
+class ExportOptions:
+    script: str
+    args: list[str] = field(default_factory=list)
+    nodes: int = 1
+    gpus: str | None = None  # per node; default: launch.gpus
+    nproc: int | None = None
+    name: str | None = None
+    image: str | None = None
+    profile: str | None = None
+    nccl: str | None = None
+    precision: str | None = None
+    env: list[str] = field(default_factory=list)
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    name: str  # a DNS label: Job, Service and Slurm job name
+    image: str
+    script: str  # path inside the image (/workspace/...)
+    args: tuple[str, ...]
+    rel_script: str  # relative to the project (host mode)
+    nodes: int
+    gpus: int  # per node
+    nproc: int  # per node
+    env: dict[str, str]
+    shm: str | None  # Kubernetes quantity for the /dev/shm emptyDir, None = unbounded
+    host_network: bool
+    cap_add: tuple[str, ...]
+    node_selector: dict[str, str]
+    node_affinity: dict[str, list[str]]
+    checkpoint_pvc: str | None
+    restarts: int
+    warnings: tuple[str, ...] = ()
+    profile_flags: tuple[str, ...] = ()  # for `gpulaunch run` on the node (Slurm, none mode)
+
+
+def k8s_quantity(size: str) -> str:
+    """docker's 16g (GiB) as Kubernetes' 16Gi."""
+    match = _SHM.fullmatch(size)
+    if match is None:
+        raise ConfigError(f"docker.shm_size: {size!r} is not a size like 16g")
+    number, unit = match.groups()
+    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]
+
+
+def default_name(config_name: str) -> str:
+    """The project name as a DNS label short enough for `NAME-node-0-0` hostnames."""
+    name = re.sub(r"[^a-z0-9-]+", "-", config_name.lower()).strip("-")
+    return (name[:40].rstrip("-")) or "gpulaunch"
+
+
+def per_node_gpus(flag: str | None, configured: int | str) -> int:
+    from gpulaunch.launch.flags import parse_gpus_flag
+
+    gpus = parse_gpus_flag(flag, configured)
+    if isinstance(gpus, int):
+        return gpus
+    if gpus == "all":
+        raise ConfigError('--gpus: give a count per node for a cluster ("all" is per machine)')
+    return len(gpus.split(","))
+
+
+def build_spec(
+    config: ProjectConfig, project: Path, cwd: Path, opts: ExportOptions, image: str
+) -> ExportSpec:
+    """Validate flags and resolve the profile into one ExportSpec (writes nothing)."""
+    from gpulaunch.launch.flags import parse_env_flags
+    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+
+    if not 1 <= opts.nodes <= MAX_NODES:
+        raise ConfigError(f"--nodes: {opts.nodes} is not between 1 and {MAX_NODES}")
+    if not 0 <= opts.restarts <= 1000:
+        raise ConfigError(f"--restarts: {opts.restarts} is not between 0 and 1000")
+    name = opts.name or default_name(config.name)
+    try:
+        dns_label(name, 40)
+    except ValueError as err:
+        raise ConfigError(f"--name: {err}") from None
+    gpus = per_node_gpus(opts.gpus, config.launch.gpus)
+    nproc = opts.nproc or config.launch.nproc or max(gpus, 1)
+    script = _script_in_image(opts.script, project, cwd)
+    for arg in opts.args:
+        try:
+            single_line(arg)
+        except ValueError as err:
+            raise ConfigError(f"ARGS: {arg!r} {err}") from None
+    cli = CliOverrides(
+        profile=opts.profile,
+        nccl=opts.nccl,
+        precision=opts.precision,
+        numa="off",  # NUMA binding is the node's kubelet / Slurm's job (documented)
+        env=parse_env_flags(opts.env),
+    )
+    launch = resolve_launch(config, cli)
+    docker = {key: item.value for key, item in launch.docker.items()}
+    shm = k8s_quantity(str(docker["shm_size"])) if docker.get("shm_size") else None
+    env = launch.env_values()
+    if config.launch.checkpoint_pvc:
+        env["GPULAUNCH_CHECKPOINT_DIR"] = CHECKPOINT_DIR
+    flags: list[str] = []
+    for flag, value in (
+        ("--profile", opts.profile),
+        ("--nccl", opts.nccl),
+        ("--precision", opts.precision),
+    ):
+        if value:
+            flags += [flag, value]
+    for item in opts.env:
+        flags += ["--env", item]
+    return ExportSpec(
+        name=name,
+        image=image,
+        script=str(PurePosixPath(WORKSPACE) / script),
+        args=tuple(opts.args),
+        rel_script=script,
+        nodes=opts.nodes,
+        gpus=gpus,
+        nproc=nproc,
+        env=env,
+        shm=shm,
+        host_network=docker.get("network") == "host",
+        cap_add=_pod_caps(docker.get("cap_add") or []),
+        node_selector=dict(config.launch.node_selector),
+        node_affinity={k: list(v) for k, v in config.launch.node_affinity.items()},
+        checkpoint_pvc=config.launch.checkpoint_pvc,
+        restarts=opts.restarts,
+        warnings=launch.warnings,
+        profile_flags=tuple(flags),
+    )
+
+
+def _script_in_image(script: str, project: Path, cwd: Path) -> str:
+    """SCRIPT as a path relative to the project (the image holds it under /workspace)."""
+    try:
+        single_line(script)
+    except ValueError as err:
+        raise ConfigError(f"SCRIPT: {script!r} {err}") from None
+    path = (cwd / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"SCRIPT: {script!r} not found")
+    try:
+        return path.relative_to(project.resolve()).as_posix()
+    except ValueError:
+        raise ConfigError(f"SCRIPT: {script!r} is outside the project {project}") from None
+
+
+def _pod_caps(caps: list[str]) -> tuple[str, ...]:
+    """Capabilities for the pod. SYS_NICE serves the local NUMA wrapper only (NUMA binding on
+    a cluster is the kubelet's or Slurm's job), and Pod Security `baseline` refuses it."""
+    names = {str(cap).removeprefix("CAP_") for cap in caps}
+    return tuple(sorted(names - {"SYS_NICE"}))
