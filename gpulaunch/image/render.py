@@ -195,8 +195,13 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             "image.python_source: standalone downloads CPython at build time; "
             "build.network none forbids it (use distro, deadsnakes or a base with Python)"
         )
-    installs = bool(torch_install or (deps and (deps.entry or deps.inline or deps.local_installs)))
-    pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, installs)
+    # air-gapped, a pip wheel in the wheelhouse is used whatever is installed (local, harmless)
+    needs_new_pip = (
+        bool(torch_install)
+        or _names_pytorch_index(config, project_dir, deps)
+        or (img.pip.no_index and deps is not None)
+    )
+    pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, needs_new_pip)
     apt, deadsnakes = _apt_packages(resolved, config)
     python_bin = f"python{resolved.python}" if resolved.python_source == "deadsnakes" else "python3"
     labels = {
@@ -254,7 +259,7 @@ def _pip_upgrade(
     resolved: ResolvedImage,
     links: list[dict[str, str]],
     project_dir: Path,
-    installs: bool,
+    needed: bool,
 ) -> tuple[dict[str, str] | None, str]:
     """The step that upgrades the venv's pip before anything is installed (old pip cannot read
     the PyTorch index), and a note when it is left out. Air-gapped (`pip.no_index`): from the
@@ -262,7 +267,7 @@ def _pip_upgrade(
     not used then). The step itself skips the upgrade when the venv's pip is new enough."""
     from gpulaunch.catalog.python_install import pip_floor, wheelhouse_pip
 
-    if resolved.flavor == "ngc" or not installs:
+    if resolved.flavor == "ngc" or not needed:
         return None, ""
     floor = pip_floor()
     step = {
@@ -283,6 +288,21 @@ def _pip_upgrade(
     return {**step, "spec": f"pip=={wheel}"}, ""
 
 
+def _names_pytorch_index(config: ProjectConfig, project_dir: Path, deps: Any) -> bool:
+    """Whether the requirements step reads the PyTorch index (config or an index line in a
+    copied requirements file): old pip fails only there, so only then is it upgraded. Plain
+    PyPI or a private index works with any pip, and may not serve pip itself."""
+    pip = config.image.pip
+    urls = [pip.index_url or "", *pip.extra_index_urls]
+    if any(PYTORCH_INDEX_HOST in url for url in urls):
+        return True
+    for copy in deps.copies if deps else []:
+        text = (project_dir / copy["source"]).read_text(encoding="utf-8", errors="replace")
+        if PYTORCH_INDEX_HOST in text:
+            return True
+    return False
+
+
 def _uv_image(resolved: ResolvedImage) -> str:
     """The uv image a standalone CPython is installed with (data/python_install.yaml)."""
     if resolved.python_source != "standalone":
@@ -293,6 +313,7 @@ def _uv_image(resolved: ResolvedImage) -> str:
 
 
 REQ_DIR = "/opt/gpulaunch/req"
+PYTORCH_INDEX_HOST = "download.pytorch.org"
 
 
 @dataclass(frozen=True)

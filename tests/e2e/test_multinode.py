@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _listening(port: int) -> bool:
+    """Whether something listens on the port (our bind fails), without talking to it."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("mode", ["container", "host"])
 def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
     port = _free_port()
@@ -28,8 +39,9 @@ def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
     common += ["--rdzv-id", f"e2e-{port}", "--network", "host"]
     if mode == "host":
         common.append("--no-container")
-    procs = [
-        subprocess.Popen(
+
+    def start(rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             gl_argv(*common, "--node-rank", str(rank), "allreduce.py"),
             cwd=app,
             env=cli_env(),
@@ -37,8 +49,19 @@ def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in (0, 1)
-    ]
+
+    # Both "nodes" share one host here, so both would see the endpoint as their own address
+    # and race to host the rendezvous store (a hang, on real nodes only the first node
+    # matches). Node 1 therefore starts once node 0's store listens, as on a real cluster
+    # where the first node is up first.
+    procs = [start(0)]
+    deadline = time.monotonic() + 180
+    while procs[0].poll() is None and time.monotonic() < deadline:
+        if _listening(port):  # not a connect: a silent client upsets the store
+            break
+        time.sleep(0.5)
+    time.sleep(10)  # and has joined its own rendezvous round (measured: at once hangs)
+    procs.append(start(1))
     outputs = []
     try:
         for proc in procs:

@@ -88,9 +88,25 @@ def test_no_upgrade_where_nothing_is_pip_installed_into_a_venv(
     assert "--upgrade" not in _render(tmp_path, image)
 
 
-def test_requirements_alone_get_the_upgrade(tmp_path: Path) -> None:
+def test_requirements_from_pypi_alone_need_no_upgrade(tmp_path: Path) -> None:
+    """Old pip fails only on the PyTorch index; PyPI or a private index (which may not even
+    serve pip) is left alone."""
     (tmp_path / "requirements.txt").write_text("numpy\n")
     text = _render(tmp_path, {"torch": "none", "cuda": "12.4", "requirements": "requirements.txt"})
+    assert "--upgrade" not in text
+
+
+@pytest.mark.parametrize("where", ["file", "config"])
+def test_requirements_that_read_the_pytorch_index_get_the_upgrade(
+    tmp_path: Path, where: str
+) -> None:
+    index = "https://download.pytorch.org/whl/cu124"
+    lines = "numpy\n" + (f"--extra-index-url {index}\n" if where == "file" else "")
+    (tmp_path / "requirements.txt").write_text(lines)
+    image: dict[str, object] = {"torch": "none", "cuda": "12.4", "requirements": "requirements.txt"}
+    if where == "config":
+        image["pip"] = {"extra_index_urls": [index]}
+    text = _render(tmp_path, image)
     assert text.index(STEP) < text.index("-r /opt/gpulaunch/req/requirements.txt")
 
 
