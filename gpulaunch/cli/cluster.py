@@ -44,6 +44,12 @@ NamespaceOpt = Annotated[str | None, typer.Option(help="metadata.namespace of ev
 ContainerOpt = Annotated[str, typer.Option(help="pyxis, apptainer, docker or none (host mode).")]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="File to write; - for stdout.")]
 ForceOpt = Annotated[bool, typer.Option(help="Overwrite an existing output file.")]
+PartitionOpt = Annotated[str | None, typer.Option(help="#SBATCH --partition.")]
+AccountOpt = Annotated[str | None, typer.Option(help="#SBATCH --account.")]
+TimeOpt = Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")]
+CpusOpt = Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")]
+_SLURM_KEYS = ("container", "partition", "account", "time", "cpus")
+_NOT_JOB = ("output", "force", "dry_run", "context")  # the command's own, not the job's
 
 
 def _opts(script: str, args: Any, **kw: Any) -> Any:
@@ -68,9 +74,18 @@ def _write(text: str, output: str, force: bool, project: Path) -> None:
     _err(f"wrote {output}")
 
 
-def _k8s(config: Any, script: str, args: Any, kind: str, namespace: Any, **kw: Any) -> Any:
+def _job(given: dict[str, Any]) -> dict[str, Any]:
+    """A command's parameters without its own (output, --dry-run ...): the job's options."""
+    return {k: v for k, v in given.items() if k not in _NOT_JOB}
+
+
+def _k8s(given: dict[str, Any]) -> Any:
+    """Export for Kubernetes from a command's parameters (its locals())."""
     from gpulaunch.export.api import export_k8s
 
+    kw = _job(given)
+    config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
+    kind, namespace = kw.pop("kind"), kw.pop("namespace")
     cfg, project = _load(config)
     result = export_k8s(
         cfg, project, Path.cwd(), _opts(script, args, **kw), kind, namespace, config
@@ -80,10 +95,14 @@ def _k8s(config: Any, script: str, args: Any, kind: str, namespace: Any, **kw: A
     return result, project
 
 
-def _slurm(config: Any, script: str, args: Any, slurm: dict[str, Any], **kw: Any) -> Any:
+def _slurm(given: dict[str, Any]) -> Any:
+    """The sbatch script from a command's parameters (its locals())."""
     from gpulaunch.export.api import export_slurm
     from gpulaunch.export.slurm import SlurmOptions
 
+    kw = _job(given)
+    config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
+    slurm = {key: kw.pop(key) for key in _SLURM_KEYS}
     _check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
     cfg, project = _load(config)
     opts = _opts(script, args, **kw)
@@ -115,23 +134,7 @@ def export_k8s_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Kubernetes manifests: Indexed Job + headless Service (default), JobSet or PyTorchJob."""
-    result, project = _k8s(
-        config,
-        script,
-        args,
-        kind,
-        namespace,
-        nodes=nodes,
-        gpus=gpus,
-        nproc=nproc,
-        name=name,
-        image=image,
-        profile=profile,
-        nccl=nccl,
-        precision=precision,
-        env=env,
-        restarts=restarts,
-    )
+    result, project = _k8s(locals())
     _write(result.text, output, force, project)
 
 
@@ -147,10 +150,10 @@ def export_slurm_cmd(
     container: ContainerOpt = "docker",
     name: NameOpt = None,
     image: ImageOpt = None,
-    partition: Annotated[str | None, typer.Option(help="#SBATCH --partition.")] = None,
-    account: Annotated[str | None, typer.Option(help="#SBATCH --account.")] = None,
-    time: Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")] = None,
-    cpus: Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")] = None,
+    partition: PartitionOpt = None,
+    account: AccountOpt = None,
+    time: TimeOpt = None,
+    cpus: CpusOpt = None,
     profile: ProfileOpt = None,
     nccl: NcclOpt = None,
     precision: PrecisionOpt = None,
@@ -159,28 +162,7 @@ def export_slurm_cmd(
     force: ForceOpt = False,
 ) -> None:
     """An sbatch script: one torchrun per node via srun, c10d rendezvous at the first node."""
-    slurm = {
-        "container": container,
-        "partition": partition,
-        "account": account,
-        "time": time,
-        "cpus": cpus,
-    }
-    result, project = _slurm(
-        config,
-        script,
-        args,
-        slurm,
-        nodes=nodes,
-        gpus=gpus,
-        nproc=nproc,
-        name=name,
-        image=image,
-        profile=profile,
-        nccl=nccl,
-        precision=precision,
-        env=env,
-    )
+    result, project = _slurm(locals())
     _write(result.text, output, force, project)
 
 
@@ -208,26 +190,10 @@ def submit_k8s_cmd(
     ] = False,
 ) -> None:
     """Export for Kubernetes and `kubectl apply -f -` it."""
+    result, _ = _k8s(locals())  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_k8s
 
     _check_single_line({"--context": context})
-    result, _ = _k8s(
-        config,
-        script,
-        args,
-        kind,
-        namespace,
-        nodes=nodes,
-        gpus=gpus,
-        nproc=nproc,
-        name=name,
-        image=image,
-        profile=profile,
-        nccl=nccl,
-        precision=precision,
-        env=env,
-        restarts=restarts,
-    )
     if dry_run:
         ctx = f"--context {context} " if context else ""
         typer.echo(f"# kubectl {ctx}apply -f - <<'MANIFEST'")
@@ -248,10 +214,10 @@ def submit_slurm_cmd(
     container: ContainerOpt = "docker",
     name: NameOpt = None,
     image: ImageOpt = None,
-    partition: Annotated[str | None, typer.Option(help="#SBATCH --partition.")] = None,
-    account: Annotated[str | None, typer.Option(help="#SBATCH --account.")] = None,
-    time: Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")] = None,
-    cpus: Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")] = None,
+    partition: PartitionOpt = None,
+    account: AccountOpt = None,
+    time: TimeOpt = None,
+    cpus: CpusOpt = None,
     profile: ProfileOpt = None,
     nccl: NcclOpt = None,
     precision: PrecisionOpt = None,
@@ -261,30 +227,9 @@ def submit_slurm_cmd(
     ] = False,
 ) -> None:
     """Export the sbatch script and submit it with sbatch; prints the job id."""
+    result, _ = _slurm(locals())  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_slurm
 
-    slurm = {
-        "container": container,
-        "partition": partition,
-        "account": account,
-        "time": time,
-        "cpus": cpus,
-    }
-    result, _ = _slurm(
-        config,
-        script,
-        args,
-        slurm,
-        nodes=nodes,
-        gpus=gpus,
-        nproc=nproc,
-        name=name,
-        image=image,
-        profile=profile,
-        nccl=nccl,
-        precision=precision,
-        env=env,
-    )
     if dry_run:
         typer.echo("# sbatch --parsable <<'SCRIPT'")
         typer.echo(result.text + "SCRIPT")
