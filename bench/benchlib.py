@@ -68,7 +68,7 @@ def format_value(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value * 1000:.1f} ms"
     if unit == "x":
-        return f"{value:.2f}x"
+        return f"{value:.2f}x" if value >= 0.1 else f"{value:.4f}x"  # 0.0012x, not 0.00x
     if unit == "B":
         if value >= 1 << 20:
             return f"{value / (1 << 20):.2f} MiB"

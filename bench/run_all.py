@@ -19,6 +19,7 @@ from pathlib import Path
 
 import context_bench
 import engine_bench
+import sampler_bench
 import startup
 import topology_bench
 from benchlib import Machine, Row, benchmarks_md, markdown_table, replace_marked, text_table
@@ -102,6 +103,11 @@ NOT_MET = {
     "content hash: scan + hash_entries (cProfile)": (
         "`context.scan` must prune ignored directories before descending into them."
     ),
+    "NVML sampler CPU vs one core": (
+        "Profile the sampler thread (`python -m cProfile bench/sampler_bench.py`): one round is "
+        "three NVML queries per GPU and a few additions; a cost above 1 % of a core means the "
+        "queries themselves are slow (the driver, on a real GPU) or the interval is too short."
+    ),
     "topology discover + NUMA plan, dgx8 (in-process)": (
         "Profile `topology.discover` on the fixture: sysfs reads should be a few hundred."
     ),
@@ -119,6 +125,11 @@ NOTES = [
     "Context bytes are the sizes of the entries `build --dry-run --json` lists (what "
     "gpulaunch sends); the 1 GB `data/` and the 200 MB `.venv` are sparse files behind the "
     "default `.dockerignore` that `init` writes.",
+    "GPU metrics sampler: `gpulaunch.records.metrics.Sampler` on 8 GPUs (a stand-in NVML "
+    "answering at once where there is no driver, so the cost is gpulaunch's own) at the default "
+    "2 s interval for 20 s; its thread's CPU time (`time.thread_time`) against the CPU time a "
+    "busy-loop process got over the same window (one core, measured in the same run). Goal: "
+    "under 1 % of one core.",
     "Edit loop: each edit rewrites train.py, then `run train.py` rebuilds and runs; the build "
     "log (`.gpulaunch/logs/build-*.log`) is checked so that every step but FROM, WORKDIR and "
     "the final `COPY . /workspace` is CACHED.",
@@ -165,6 +176,7 @@ def main() -> None:
         ("start-up", lambda: startup.measure(runs)),
         ("build context", lambda: context_bench.measure(3 if args.quick else 7)),
         ("topology", lambda: topology_bench.measure(20 if args.quick else 100)),
+        ("GPU metrics sampler", lambda: sampler_bench.measure(10 if args.quick else 20)),
         ("engine", lambda: engine_bench.measure(engine_runs)),
     ]
     for title, measure in parts:

@@ -2,7 +2,8 @@
 
 Timed inside one process (`python -c`, the one place a benchmark imports gpulaunch; it tries
 `gpulaunch.launch.topology`, then `gpulaunch.topology`, so it survives the layout move):
-discover() + select_gpus("all") + plan_numa(..., "auto") per iteration, median over many.
+discover() + select_gpus("all") + plan_numa(..., "auto") (now in gpulaunch.launch.numa) per
+iteration, median over many.
 Goal <= 20 ms. Also reports the wall time of `run --gpus 8 --dry-run --json` on that fixture.
 
     python bench/topology_bench.py [--iterations 50]
@@ -30,13 +31,17 @@ for name in ("gpulaunch.launch.topology", "gpulaunch.topology"):
         continue
 else:
     sys.exit("no gpulaunch topology module")
+# planning moved from the topology module to gpulaunch.launch.numa
+planner = topology if hasattr(topology, "plan_numa") else importlib.import_module(
+    "gpulaunch.launch.numa"
+)
 env = {"GPULAUNCH_SYSFS_ROOT": sys.argv[1]}
 times = []
 for _ in range(int(sys.argv[2])):
     start = time.perf_counter()
     topo = topology.discover(env)
-    gpus = topology.select_gpus(topo, "all")
-    plan = topology.plan_numa(topo, gpus, "auto")
+    gpus = planner.select_gpus(topo, "all")
+    plan = planner.plan_numa(topo, gpus, "auto")
     times.append(time.perf_counter() - start)
 print(json.dumps({"gpus": len(gpus), "ranks": len(plan.ranks), "times": times}))
 """

@@ -369,10 +369,13 @@ class Engine:
             self.tag(req.tags[0], extra_tag)
 
     # -- containers -------------------------------------------------------------------
-    def create_container(self, kwargs: dict[str, Any]) -> Any:
+    def create_container(
+        self, kwargs: dict[str, Any], before_start: Callable[[Any], None] | None = None
+    ) -> Any:
         """Create and start a container from docker-SDK `containers.run`-style kwargs.
 
         `stop_timeout` is passed through the low-level API (the high-level `run` lacks it).
+        `before_start(container)` runs between create and start (to attach its output).
         A container that was created but failed to start is removed before raising.
         """
         from docker.errors import APIError, DockerException, ImageNotFound
@@ -388,6 +391,8 @@ class Engine:
                 create["stop_timeout"] = stop_timeout
             created = client.api.create_container(**create)
             container = client.containers.get(created["Id"])
+            if before_start is not None:
+                before_start(container)
             container.start()
             return container
         except ImageNotFound:
@@ -490,5 +495,9 @@ class Engine:
         return container
 
 
-def stream_logs(container: Any, stdout: bool = True, stderr: bool = True) -> Iterator[bytes]:
-    return iter(container.logs(stream=True, follow=True, stdout=stdout, stderr=stderr))
+def attach_output(container: Any, stream: str) -> Iterator[bytes]:
+    """The raw bytes of a created container's "stdout" or "stderr", attached before it starts
+    (as `docker run` does). Not the logs: the json-file driver stores lines as JSON text, so
+    bytes that are not UTF-8 would come back as U+FFFD."""
+    out = stream == "stdout"
+    return iter(container.attach(stdout=out, stderr=not out, stream=True, logs=False))

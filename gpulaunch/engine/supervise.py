@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from gpulaunch.engine.docker_api import Engine, stream_logs
+from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
 from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
 
@@ -34,9 +34,9 @@ class _Stopper:
         self.event.set()
 
 
-def _pump(container: Any, out: BinaryIO, done: threading.Event, stream: str) -> None:
+def _pump(chunks: Iterator[bytes], out: BinaryIO, done: threading.Event) -> None:
     try:
-        for chunk in stream_logs(container, stdout=stream == "stdout", stderr=stream == "stderr"):
+        for chunk in chunks:
             out.write(chunk)
             out.flush()
     except Exception:
@@ -45,8 +45,16 @@ def _pump(container: Any, out: BinaryIO, done: threading.Event, stream: str) -> 
         done.set()
 
 
-def start(engine: Engine, plan: RunPlan, warn: Callable[[str], None]) -> Any:
+def start(
+    engine: Engine,
+    plan: RunPlan,
+    warn: Callable[[str], None],
+    attached: dict[str, Iterator[bytes]] | None = None,
+) -> Any:
     """Create and start the container; drop a ulimit the engine may not raise, with a warning.
+
+    With `attached`, its "stdout" and "stderr" are attached between create and start, so no
+    byte the job writes is missed or goes through the engine's log driver.
 
     NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
     sandbox refuses it. Running with the engine's default beats not running at all, but the
@@ -54,9 +62,15 @@ def start(engine: Engine, plan: RunPlan, warn: Callable[[str], None]) -> Any:
     """
     if plan.network in (None, "default") and "bridge" not in engine.network_names():
         plan.pin_hostname()  # the default network is no network on a bridge-less engine
+
+    def attach(container: Any) -> None:
+        if attached is not None:
+            for stream in ("stdout", "stderr"):
+                attached[stream] = attach_output(container, stream)
+
     while True:
         try:
-            return engine.create_container(sdk_kwargs(plan))
+            return engine.create_container(sdk_kwargs(plan), before_start=attach)
         except RlimitRefused as err:
             if err.rlimit not in plan.ulimits:
                 raise
@@ -88,7 +102,8 @@ def supervise(
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
     try:
-        container = start(engine, plan, warn)
+        attached: dict[str, Iterator[bytes]] = {}
+        container = start(engine, plan, warn, attached)
         if on_started:
             on_started(container)
         exit_box: dict[str, Any] = {}
@@ -105,7 +120,7 @@ def supervise(
         streamed = [threading.Event(), threading.Event()]
         for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
             threading.Thread(
-                target=_pump, args=(container, target, done, stream), daemon=True
+                target=_pump, args=(attached[stream], target, done), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
         graceful_sent = forced = False

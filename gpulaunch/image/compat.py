@@ -189,6 +189,8 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
                 f"image.cuda: {resolved.base_image} needs {verdict.reason}; this host has "
                 f"driver {verdict.driver}{gpu}{alternatives}"
             )
+    if resolved.cuda is None:
+        return  # a CPU build runs no kernels on the GPUs it is given: no arch to check
     names = host.names if selected is None else [host.names[i] for i in selected]
     for name in dict.fromkeys(names):
         cc = gpu_compute_capability(name)

@@ -64,6 +64,8 @@ def test_row_met(value: float, limit: float | None, extra_ok: bool, met: bool | 
     [
         (0.0123, "s", "12.3 ms"),
         (1.5, "x", "1.50x"),
+        (0.00123, "x", "0.0012x"),  # a share of a core: 2 decimals would say 0.00x
+        (0.1, "x", "0.10x"),
         (512, "B", "512 B"),
         (2660, "B", "2.6 KiB"),
         (3 << 20, "B", "3.00 MiB"),

@@ -1,6 +1,6 @@
 """The container supervisor (gpulaunch/runner.py) and host mode (hostrun.py), signals scripted.
 
-The Docker seam is a fake container (`wait` / `kill` / `logs`) driven by a script: which
+The Docker seam is a fake container (`wait` / `kill` / `attach`) driven by a script: which
 signals gpulaunch receives, when, and how the "job" answers SIGTERM. Assertions are on what
 the supervisor sent to the container, in order, and on the exit code; never on elapsed time.
 A job that was never stopped ends on its own after a guard and exits 99, which fails them.
@@ -39,6 +39,7 @@ class FakeContainer:
         if code is not None:
             self.exited.set()
         self.on_kill: dict[str, Any] = {}  # signal name -> callable run after recording it
+        self.created_only = False  # between create and start
 
     def wait(self) -> dict[str, int]:
         if not self.exited.wait(GUARD_S):
@@ -54,11 +55,11 @@ class FakeContainer:
         if action is not None:
             action()
 
-    def logs(self, *, stream: bool, follow: bool, stdout: bool, stderr: bool) -> Iterator[bytes]:
-        if stdout and self.output:
-            yield self.output
-        if stderr:
-            yield b"err-line\n"
+    def attach(self, *, stdout: bool, stderr: bool, stream: bool, logs: bool) -> Iterator[bytes]:
+        assert stream and not logs and stdout != stderr  # one raw stream, nothing replayed
+        assert self.created_only, "attached after start: early output would be lost"
+        chunks = [self.output] if stdout and self.output else []
+        return iter(chunks + ([b"err-line\n"] if stderr else []))
 
 
 class FakeEngine:
@@ -73,10 +74,14 @@ class FakeEngine:
     def network_names(self) -> set[str]:
         return set(self.networks)
 
-    def create_container(self, kwargs: dict[str, Any]) -> FakeContainer:
+    def create_container(self, kwargs: dict[str, Any], before_start: Any = None) -> FakeContainer:
         self.created.append(kwargs)
         if self.refuse:
             raise RlimitRefused("refused", rlimit=self.refuse.pop(0))
+        self.container.created_only = True
+        if before_start is not None:
+            before_start(self.container)
+        self.container.created_only = False  # started
         return self.container
 
     def discard(self, container: Any) -> None:
@@ -237,7 +242,7 @@ def test_a_refused_ulimit_the_plan_does_not_set_is_an_error() -> None:
 
 def test_start_failure_removes_a_leftover_by_name() -> None:
     class Failing(FakeEngine):
-        def create_container(self, kwargs: dict[str, Any]) -> FakeContainer:
+        def create_container(self, kwargs: dict[str, Any], before_start: Any = None) -> Any:
             raise EngineError("no such image")
 
     engine = Failing(FakeContainer(obeys_sigterm=True))

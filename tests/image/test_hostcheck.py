@@ -89,6 +89,21 @@ def test_matching_host_passes_and_cpu_runs_skip_the_check(
     assert "# gpus: validated against this host's 1 GPU(s) (nvml)" in out
 
 
+@pytest.mark.parametrize(
+    "image", ['{torch: "none", cuda: "cpu"}', '{torch: "2.4.1", cuda: "cpu"}'], ids=["none", "cpu"]
+)
+def test_a_cpu_image_given_gpus_has_no_arch_to_check(
+    runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, image: str
+) -> None:
+    """No kernels run on the GPUs of a CPU build: a B200 or an H100 is not refused for it."""
+    for gpu in (B200, H100):
+        install(monkeypatch, FakeNvml(gpus(gpu), driver="580.95.05"))
+        _project(in_tmp, image)
+        code, _, err = _dry(runner, "--gpus", "1")
+        assert code == 0, err
+        assert "error" not in err
+
+
 # -- multi-GPU hosts: only the selected GPUs count ---------------------------------------
 @pytest.mark.parametrize(
     ("flag", "refused"),
