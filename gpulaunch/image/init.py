@@ -81,6 +81,7 @@ def run_init(opts: InitOptions) -> InitResult:
     project = read_project(directory)
     notes = _report(project)
     host = compat.probe(opts.env) if opts.env is not None else None
+    flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
     if opts.flavor != "ngc":
         rows = matrix()
@@ -104,7 +105,9 @@ def run_init(opts: InitOptions) -> InitResult:
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
     if opts.ask is not None:
+        chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
+        flagged = flagged or (opts.torch, opts.cuda) != chosen
 
     image: dict[str, object] = {"flavor": opts.flavor or "runtime"}
     for key in ("python", "torch", "cuda"):
@@ -152,7 +155,7 @@ def run_init(opts: InitOptions) -> InitResult:
         wrote_ignore = True
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
-        notes += _host_warning(resolved, host, project, opts)
+        notes += _host_warning(resolved, host, project, opts, flagged)
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
 
 
@@ -215,7 +218,7 @@ def _python_for(cuda: str | None) -> Callable[[str, str | None], str]:
 
 
 def _host_warning(
-    resolved: ResolvedImage, host: HostGpus, project: Project, opts: InitOptions
+    resolved: ResolvedImage, host: HostGpus, project: Project, opts: InitOptions, flagged: bool
 ) -> list[str]:
     """A warning when this machine cannot run the image written (a pin or a flag chose it,
     or no catalog build fits): `gpulaunch run` here would refuse it."""
@@ -223,8 +226,10 @@ def _host_warning(
         compat.check(resolved, host)
     except ConfigError as err:
         pin = project.pin("torch")
-        if opts.torch is not None or opts.cuda is not None:
+        if flagged:
             why = " (--torch/--cuda chose it)"
+        elif opts.flavor == "ngc":
+            why = " (an NGC release)"
         elif pin is not None and pin.specifier:
             why = f" (the project pins torch{pin.specifier} in {pin.where})"
         elif project.variant is not None:
