@@ -30,6 +30,9 @@ class FakeGpu:
     name: str = H100
     nvlinks: list[int] = field(default_factory=list)  # state per link; past the end: error
     brand: int = 2  # nvmlDeviceGetBrand: NVML_BRAND_TESLA (datacenter); 5 GeForce, 14 NVIDIA
+    # nvmlDeviceGetCudaComputeCapability, e.g. "12.0"; while no GPU sets one, the fake
+    # lacks that function (as older bindings do) and gpulaunch reads the name table
+    cc: str | None = None
     # live metrics, one row per `FakeNvml.tick`: (utilisation %, memory used B, total B, mW)
     series: list[tuple[int, int, int, int]] = field(
         default_factory=lambda: [(0, 0, 80 * 1024**3, 70_000)]
@@ -78,6 +81,10 @@ class FakeNvml(types.ModuleType):
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        if name == "nvmlDeviceGetCudaComputeCapability" and not any(
+            gpu.cc for gpu in object.__getattribute__(self, "devices")
+        ):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         value = object.__getattribute__(self, name)
         if name.startswith("nvml") and name in object.__getattribute__(self, "failing"):
 
@@ -121,6 +128,13 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetBrand(self, handle: int) -> int:
         return self.devices[handle].brand
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        cc = self.devices[handle].cc
+        if cc is None:
+            raise NVMLError("Not Supported")
+        major, minor = cc.split(".")
+        return int(major), int(minor)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
         return types.SimpleNamespace(busId=self._s(self.devices[handle].bus_id))

@@ -8,6 +8,7 @@ imported inside the command so `gpulaunch --help` stays fast.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -79,6 +80,7 @@ def init(
             name=name,
             force=force,
             ask=_ask if interactive else None,
+            env=dict(os.environ),  # NVML: the driver and GPUs choose the default build
         )
     )
     for note in result.notes:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import Version
 
 from gpulaunch.catalog import driver_rule
 from gpulaunch.engine import nvml
@@ -98,18 +101,22 @@ def supports_arch(resolved: ResolvedImage, compute_capability: str) -> bool:
     "+PTX" lets the driver JIT for any newer capability. Without a wheel arch list (NGC,
     no torch) the CUDA toolkit's arch window is used instead.
     """
+    return _supports(resolved.cuda_archs, resolved.cuda, compute_capability)
+
+
+def _supports(archs: Sequence[str], cuda: str | None, compute_capability: str) -> bool:
     cc = _cc(compute_capability)
-    if resolved.cuda_archs:
-        for arch in resolved.cuda_archs:
+    if archs:
+        for arch in archs:
             base = _cc(arch.removesuffix("+PTX"))
             if base[0] == cc[0] and base[1] <= cc[1]:
                 return True
             if arch.endswith("+PTX") and base <= cc:
                 return True
         return False
-    if resolved.cuda is None:
+    if cuda is None:
         return False
-    windows = [w for w in load_catalog().arch_windows if _vt(w.cuda) <= _vt(_xy(resolved.cuda))]
+    windows = [w for w in load_catalog().arch_windows if _vt(w.cuda) <= _vt(_xy(cuda))]
     if not windows:
         return False
     window = windows[-1]
@@ -136,6 +143,26 @@ class HostGpus:
     driver: str | None
     names: tuple[str, ...]
     brands: tuple[str | None, ...] = ()  # per GPU, as NVIDIA_REQUIRE_CUDA spells it
+    ccs: tuple[str | None, ...] = ()  # per GPU from NVML; None: by product name (catalog)
+
+    def capabilities(self) -> list[str]:
+        """The GPUs' distinct compute capabilities: NVML's, else the catalog's by name."""
+        out: list[str] = []
+        for i, name in enumerate(self.names):
+            cc = (self.ccs[i] if i < len(self.ccs) else None) or gpu_compute_capability(name)
+            if cc and cc not in out:
+                out.append(cc)
+        return out
+
+    def describe(self) -> str:
+        """One phrase: `driver 550.54.15, 2x NVIDIA H100 80GB HBM3 (sm_90)`."""
+        counts: dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            cc = (self.ccs[i] if i < len(self.ccs) else None) or gpu_compute_capability(name)
+            label = f"{name} (sm_{cc.replace('.', '')})" if cc else name
+            counts[label] = counts.get(label, 0) + 1
+        gpus = ", ".join(f"{n}x {label}" for label, n in counts.items())
+        return f"driver {self.driver}, {gpus}"
 
 
 def probe(env: Mapping[str, str]) -> HostGpus | None:
@@ -150,11 +177,58 @@ def probe(env: Mapping[str, str]) -> HostGpus | None:
             handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             names = tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles)
             brands = tuple(driver_rule.brand_name(lib.nvmlDeviceGetBrand(h)) for h in handles)
-            return HostGpus(driver, names, brands)
+            return HostGpus(driver, names, brands, tuple(_nvml_cc(lib, h) for h in handles))
     except nvml.NvmlError:
         # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
         # GPUs were not validated (topology discovery meets the same refusal)
         return None
+
+
+def _nvml_cc(lib: Any, handle: Any) -> str | None:
+    """NVML's compute capability of one GPU; None when the bindings predate the query or the
+    driver refuses it (the catalog's name table answers instead)."""
+    query = getattr(lib, "nvmlDeviceGetCudaComputeCapability", None)
+    if query is None:
+        return None
+    refused = getattr(lib, "NVMLError", None)
+    try:
+        major, minor = query(handle)
+    except Exception as err:
+        if isinstance(refused, type) and isinstance(err, refused):
+            return None
+        raise
+    return f"{major}.{minor}"
+
+
+def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list[MatrixRow]:
+    """Stable CUDA builds this host can use, best first (newest torch, then newest CUDA).
+
+    A build fits when the driver rule its image meets at container start admits the driver
+    for every GPU brand of the host (natively: builds that start only through a datacenter
+    forward-compatibility branch come after all native ones) and its wheels carry kernels for
+    every GPU's compute capability. [] without a driver or GPUs. Rows: `matrix()` by default.
+    """
+    if not host.driver or not host.names:
+        return []
+    ccs = host.capabilities()
+    brands: list[str | None] = list(dict.fromkeys(host.brands)) or [None]
+    native: list[MatrixRow] = []
+    forward: list[MatrixRow] = []
+    for row in matrix() if rows is None else rows:
+        if row.cuda is None or row.status != "stable" or row.confidence == "low":
+            continue
+        if not all(_supports(row.archs, row.cuda, cc) for cc in ccs):
+            continue
+        rule = driver_rule.requirement_for(row.image, row.cuda)
+        verdicts = [driver_rule.host_can_run(rule, host.driver, b) for b in brands] if rule else []
+        if not verdicts or not all(v.ok for v in verdicts):
+            continue
+        (forward if any("driver<" in v.reason for v in verdicts) else native).append(row)
+
+    def newest(row: MatrixRow) -> tuple[Version, tuple[int, ...]]:
+        return Version(row.torch), _vt(row.cuda or "0")
+
+    return sorted(native, key=newest, reverse=True) + sorted(forward, key=newest, reverse=True)
 
 
 def _text(value: object) -> str:

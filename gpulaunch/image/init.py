@@ -3,15 +3,16 @@ catalog, ask (on a TTY), validate, write atomically."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulaunch.config import CONFIG_NAME, dump_config, sanitize_name, validate_data
 from gpulaunch.errors import ConfigError, FileExistsRefusal
-from gpulaunch.image.compat import matrix
+from gpulaunch.image import compat
+from gpulaunch.image.compat import HostGpus, matrix
 from gpulaunch.image.render import image_request, render_dockerignore, summarize
-from gpulaunch.image.request import ImageRequest
+from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import read_project
 from gpulaunch.project.model import Project
@@ -36,6 +37,8 @@ class InitOptions:
     force: bool = False
     # Fills in the choices (the CLI prompts on a TTY); None: flags and detection only.
     ask: Callable[[InitOptions], None] | None = None
+    # Where NVML is asked (GPULAUNCH_SYSFS_ROOT etc.); None: the host is not looked at.
+    env: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -77,16 +80,24 @@ def run_init(opts: InitOptions) -> InitResult:
         raise FileExistsRefusal(f"{config_path}: already exists; use --force to overwrite")
     project = read_project(directory)
     notes = _report(project)
+    host = compat.probe(opts.env) if opts.env is not None else None
+    flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
     if opts.flavor != "ngc":
+        rows = matrix()
         choice = reconcile(
             project,
-            matrix(),
+            rows,
             torch=opts.torch,
             cuda=opts.cuda,
             python=opts.python,
             default_python=_default_python,
         )
+        picked = _for_host(opts, project, host, rows, choice) if host else None
+        if picked is not None and host is not None:
+            row, choice = picked
+            opts.cuda = row.cuda
+            notes.append(_host_reason(host, row, project))
         notes += choice.notes + [f"warning: {w}" for w in choice.warnings]
         opts.torch = opts.torch or choice.torch
         opts.cuda = opts.cuda or choice.cuda
@@ -94,7 +105,9 @@ def run_init(opts: InitOptions) -> InitResult:
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
     if opts.ask is not None:
+        chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
+        flagged = flagged or (opts.torch, opts.cuda) != chosen
 
     image: dict[str, object] = {"flavor": opts.flavor or "runtime"}
     for key in ("python", "torch", "cuda"):
@@ -141,6 +154,8 @@ def run_init(opts: InitOptions) -> InitResult:
         atomic_write(ignore_path, render_dockerignore())
         wrote_ignore = True
     notes += [f"warning: {w}" for w in resolved.warnings]
+    if host is not None and host.names:
+        notes += _host_warning(resolved, host, project, opts, flagged)
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
 
 
@@ -155,3 +170,73 @@ def _system_packages(project: Project, notes: list[str]) -> list[str]:
             )
             packages += need.packages
     return list(dict.fromkeys(packages))
+
+
+def _for_host(
+    opts: InitOptions, project: Project, host: HostGpus, rows: list[MatrixRow], today: Choice
+) -> tuple[MatrixRow, Choice] | None:
+    """The newest stable build this machine's driver and GPUs run (compat.host_builds), when
+    nothing chose one: no --torch/--cuda, no CUDA build named by the project, not NGC/CPU.
+    The project's word still binds: a build whose choice warns where today's did not (a torch
+    outside its pin, torchvision pins paired with another torch) or is refused (its Python)
+    is passed over. None: today's default stays."""
+    if opts.torch is not None or opts.cuda is not None or project.variant is not None:
+        return None
+    if opts.flavor in ("ngc", "cpu"):
+        return None
+    for row in compat.host_builds(host, rows):
+        cuda = row.cuda
+        try:
+            fitted = reconcile(
+                project,
+                rows,
+                torch=row.torch,
+                cuda=cuda,
+                python=opts.python,
+                default_python=_python_for(cuda),
+            )
+        except ConfigError:
+            continue
+        if set(fitted.warnings) <= set(today.warnings):
+            return row, fitted
+    return None
+
+
+def _host_reason(host: HostGpus, row: MatrixRow, project: Project) -> str:
+    """The one line saying why init chose this build on this machine."""
+    pin = project.pin("torch")
+    within = f" within torch{pin.specifier} ({pin.where})" if pin and pin.specifier else ""
+    return (
+        f"this machine: {host.describe()}: torch {row.torch}+{row.variant} is the newest stable "
+        f"build{within} this driver can start and these GPUs run (--torch/--cuda choose another)"
+    )
+
+
+def _python_for(cuda: str | None) -> Callable[[str, str | None], str]:
+    """The default Python of a torch on this CUDA build (reconcile asks with its own CUDA)."""
+    return lambda torch, _cuda: _default_python(torch, cuda)
+
+
+def _host_warning(
+    resolved: ResolvedImage, host: HostGpus, project: Project, opts: InitOptions, flagged: bool
+) -> list[str]:
+    """A warning when this machine cannot run the image written (a pin or a flag chose it,
+    or no catalog build fits): `gpulaunch run` here would refuse it."""
+    try:
+        compat.check(resolved, host)
+    except ConfigError as err:
+        pin = project.pin("torch")
+        if flagged:
+            why = " (--torch/--cuda chose it)"
+        elif opts.flavor == "ngc":
+            why = " (an NGC release)"
+        elif pin is not None and pin.specifier:
+            why = f" (the project pins torch{pin.specifier} in {pin.where})"
+        elif project.variant is not None:
+            why = f" (the project names {project.variant} in {project.variant_where})"
+        else:
+            why = " (no stable build in the catalog fits this driver and these GPUs)"
+        return [
+            f"warning: this machine ({host.describe()}) cannot run this image{why}: {err.message}"
+        ]
+    return []

@@ -218,7 +218,11 @@ def test_a_remote_engine_is_not_validated(
 
 def test_probe_reads_the_fake(fake_nvml: FakeNvml) -> None:
     fake_nvml.devices = gpus(H100, B200)
-    assert compat.probe({}) == compat.HostGpus("550.54.15", (H100, B200), ("tesla", "tesla"))
+    assert compat.probe({}) == compat.HostGpus(
+        "550.54.15", (H100, B200), ("tesla", "tesla"), (None, None)
+    )  # these bindings lack nvmlDeviceGetCudaComputeCapability: the name table decides
+    fake_nvml.devices[0].cc = "9.0"  # the second GPU's query is refused (NVMLError): None
+    assert compat.probe({}).ccs == ("9.0", None)  # type: ignore[union-attr]
     fake_nvml.devices[1].brand = 5  # NVML_BRAND_GEFORCE
     assert compat.probe({}).brands == ("tesla", "geforce")  # type: ignore[union-attr]
     assert fake_nvml.calls[:2] == ["init", "shutdown"]
