@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -99,10 +100,37 @@ def example_copy(tmp_path: Path) -> Callable[[str], Path]:
 
 
 def snapshot(tree: Path) -> dict[str, bytes]:
-    """All files under a folder with their bytes, to prove nothing was written or changed."""
-    return {
-        str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()
-    }
+    """Everything under a folder, to prove nothing was written, created or changed: files with
+    their bytes, links with their targets, folders (an empty one left behind counts too)."""
+    out: dict[str, bytes] = {}
+    for p in sorted(tree.rglob("*")):
+        key = str(p.relative_to(tree))
+        if p.is_symlink():
+            out[key] = b"link -> " + os.fsencode(os.readlink(p))
+        elif p.is_dir():
+            out[key + "/"] = b"dir"
+        elif p.is_file():
+            out[key] = p.read_bytes()
+        else:
+            out[key] = b"special"
+    return out
+
+
+def assert_doctor_table_matches_json(as_json: str, table: str) -> list[dict[str, str]]:
+    """`doctor --json` and the `doctor` table carry the same lines with the same marks."""
+    checks: list[dict[str, str]] = json.loads(as_json)["checks"]
+    for check in checks:
+        # the row whose name column (after the mark) is this check's name
+        row = [
+            line
+            for line in table.splitlines()
+            if line.strip()[1:].lstrip().startswith(f"{check['name']} ")
+        ]
+        assert row, check
+        mark = {"ok": "✓", "warn": "!", "fail": "✗"}[check["status"]]
+        assert row[0].lstrip().startswith(mark), (check, row[0])
+        assert check["detail"][:40] in row[0], (check, row[0])
+    return checks
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -2,8 +2,9 @@
 NVIDIA_REQUIRE_CUDA, an NGC release's stated driver, or a torch wheel's minor-version floor),
 parsed and evaluated against a host's driver version and GPU brand (NVML).
 
-`host_can_run` is the one question other code asks: can this driver/brand run this image, and
-which driver does a user need. Data: gpulaunch/data/driver_rules.yaml.
+`host_can_run` is the one question other code asks: can this driver/brand run this image (start
+the container and initialise CUDA in it), and which driver does a user need.
+Data: gpulaunch/data/driver_rules.yaml.
 """
 
 from __future__ import annotations
@@ -230,6 +231,8 @@ def host_can_run(requirement: Requirement, driver: str, brand: str | None) -> Ve
     driver = driver.strip()
     needed = requirement.needed()
     for alt in requirement.alternatives:
+        if _forward_compat(alt) and not _can_forward(brand):
+            continue
         if all(_holds(c, driver, brand) for c in alt):
             via = ",".join(f"{c.key}{c.op}{c.value}" for c in alt)
             return Verdict(True, requirement, driver, brand, needed, f"{driver} meets {via}")
@@ -246,13 +249,26 @@ def explain_need(requirement: Requirement, brand: str | None = None) -> str:
         text += f" (cuda>={floor})"
     branches = requirement.branches()
     if brand is not None:
-        branches = {low: bs for low, bs in branches.items() if brand in bs}
+        ok = _can_forward(brand)
+        branches = {low: bs for low, bs in branches.items() if ok and brand in bs}
     groups: dict[str, list[str]] = {}
     for low, brands in branches.items():
         groups.setdefault(brand or _who(brands), []).append(low)
     for who, lows in groups.items():
         text += f"; {who} GPUs also on driver branch {', '.join(lows)}"
     return text
+
+
+def _forward_compat(alt: tuple[Condition, ...]) -> bool:
+    """A `brand=B,driver>=N,driver<M` alternative: the image's cuda-compat on branch N."""
+    return any(c.key == "driver" and c.op in ("<", "<=") for c in alt)
+
+
+def _can_forward(brand: str | None) -> bool:
+    """Forward compatibility runs on datacenter brands only: cuda-compat refuses GeForce/Titan
+    at cuInit (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE), although CUDA images before 12.5
+    list those brands on their branches and so start the container. Brand unknown: allowed."""
+    return brand is None or brand in _data()["datacenter_brands"]
 
 
 def _who(brands: tuple[str, ...]) -> str:

@@ -42,8 +42,12 @@ REQ_1130 = "cuda>=11.3 brand=tesla,driver>=418,driver<419 driver>=450"
         # no GeForce/Titan on branches from 12.5 on; listed before
         ("geforce", "535.183.01", "12.9.1", False),
         ("tesla", "535.183.01", "12.9.1", True),
-        ("geforce", "470.82.01", "12.1.1", True),
-        ("geforcertx", "525.60.13", "12.4.1", True),
+        # images before 12.5 list GeForce/Titan on forward-compat branches (the container
+        # starts), but cuda-compat refuses them at cuInit: not runnable
+        ("geforce", "470.82.01", "12.1.1", False),
+        ("geforcertx", "525.60.13", "12.4.1", False),
+        ("tesla", "525.60.13", "12.4.1", True),
+        ("geforce", "550.54.15", "12.4.1", True),  # natively: cuda>=12.4
         ("titan", "535.104.05", "12.6.3", False),
         ("quadro", "535.104.05", "12.6.3", True),
         # old images: tesla-only branches and a bare driver>= alternative
@@ -197,3 +201,14 @@ def test_default_build_prefers_driver_reach(torch: str, variant: str, pypi_defau
     assert explain_cuda_choice(asked, pypi_default).startswith(f"CUDA {asked.cuda}: as asked")
     cpu = resolve(ImageRequest(torch=torch, cuda="cpu"))
     assert explain_cuda_choice(cpu) == "CPU-only build: no CUDA, no driver needed"
+
+
+def test_a_geforce_on_a_forward_compat_branch_is_told_the_native_driver_only() -> None:
+    """The 12.4 image lists geforce on branch 470; the verdict must not send a GeForce there."""
+    req = driver_rule.cuda_image_requirement("12.4.1")
+    geforce = driver_rule.host_can_run(req, "470.239.06", "geforce")
+    tesla = driver_rule.host_can_run(req, "470.239.06", "tesla")
+
+    assert not geforce.ok and "branch" not in geforce.reason
+    assert geforce.reason.startswith("driver >= 550.54.14 (cuda>=12.4)")
+    assert tesla.ok and "driver<471" in tesla.reason

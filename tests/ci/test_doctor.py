@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_doctor_table_matches_json
 from fake_nvml import FakeGpu, FakeNvml, install
 from typer.testing import CliRunner
 
@@ -129,11 +129,5 @@ def test_cli_json_and_table_carry_the_same_lines(
     table = runner.invoke(app, ["doctor"])
 
     assert as_json.exit_code == 1 and table.exit_code == 1  # the engine line is ✗
-    checks = json.loads(as_json.stdout)["checks"]
+    checks = assert_doctor_table_matches_json(as_json.stdout, table.stdout)
     assert checks[0]["name"] == "engine" and checks[0]["status"] == "fail"
-    for check in checks:
-        row = [line for line in table.stdout.splitlines() if f" {check['name']} " in line]
-        assert row, check
-        mark = {"ok": "✓", "warn": "!", "fail": "✗"}[check["status"]]
-        assert row[0].lstrip().startswith(mark)
-        assert check["detail"][:40] in row[0]
