@@ -104,6 +104,10 @@ def run(
     rdzv_id: Annotated[
         str | None, typer.Option(help="Rendezvous id, the same on every node (default: name).")
     ] = None,
+    local_addr: Annotated[
+        str | None,
+        typer.Option(help="This node's address in the rendezvous (torchrun; default: its FQDN)."),
+    ] = None,
     image: Annotated[
         str | None,
         typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build."),
@@ -154,6 +158,7 @@ def run(
             "--price": price,
             "--rdzv-endpoint": rdzv_endpoint,
             "--rdzv-id": rdzv_id,
+            "--local-addr": local_addr,
         }
     )
     price = _check_price(price)
@@ -191,6 +196,7 @@ def run(
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         rdzv_id=rdzv_id,
+        local_addr=local_addr,
         image=image,
     )
     if image is not None:

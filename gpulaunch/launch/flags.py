@@ -183,8 +183,26 @@ def parse_endpoint(value: str) -> tuple[str, int]:
     return host, port
 
 
+def parse_local_addr(value: str) -> str:
+    """--local-addr: this node's host name or IP address (IPv6 without brackets)."""
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if not _HOSTNAME.fullmatch(value):
+        raise ConfigError(f"--local-addr: {value!r} is not a host name or IP address")
+    return value
+
+
 def rdzv_options(
-    nnodes: int, node_rank: int | None, endpoint: str | None, rdzv_id: str | None, default_id: str
+    nnodes: int,
+    node_rank: int | None,
+    endpoint: str | None,
+    rdzv_id: str | None,
+    default_id: str,
+    local_addr: str | None = None,
 ) -> list[str]:
     """torchrun's c10d rendezvous options for `run --nnodes N` (checked: exit 2 naming the flag)."""
     if not 1 <= nnodes <= MAX_NODES:
@@ -201,4 +219,8 @@ def rdzv_options(
         raise ConfigError(f"--rdzv-id: {ident!r} must be letters, digits, _ . - (at most 128)")
     argv = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d"]
     argv += ["--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", ident]
-    return argv + (["--node-rank", str(node_rank)] if node_rank is not None else [])
+    if node_rank is not None:
+        argv += ["--node-rank", str(node_rank)]
+    if local_addr is not None:  # the node's name in the rendezvous (default: its FQDN)
+        argv += ["--local-addr", parse_local_addr(local_addr)]
+    return argv

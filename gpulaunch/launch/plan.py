@@ -64,6 +64,7 @@ class RunOptions:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
+    local_addr: str | None = None  # torchrun --local-addr: this node's address and name
     image: str | None = None  # a pushed image to run instead of building (--image)
 
 
@@ -325,15 +326,17 @@ def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | No
     addresses, so `--network none` cannot work and is refused with the reason.
     """
     network = opts.network or config.launch.network
-    multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id]
+    multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, opts.local_addr]
     if opts.nnodes is None:
         if any(v is not None for v in multi):
-            raise ConfigError("--node-rank/--rdzv-endpoint/--rdzv-id: need --nnodes N")
+            raise ConfigError("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr: need --nnodes N")
         return None, network
     from gpulaunch.launch.flags import rdzv_options
 
     default_id = config.name.replace("/", "-")
-    rdzv = rdzv_options(opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, default_id)
+    rdzv = rdzv_options(
+        opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, default_id, opts.local_addr
+    )
     if opts.no_container:
         return rdzv, network  # the host's own network; nothing to choose
     if network == "none":

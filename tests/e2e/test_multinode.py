@@ -34,21 +34,23 @@ def _listening(port: int) -> bool:
 
 @pytest.mark.parametrize("mode", ["container", "host"])
 def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
-    """`container`: node 1 runs in a container, node 0 on the host. Two containers cannot be
-    two nodes of one host network: torchrun names a node by hostname and PID, and both
-    agents are the same low PID in their containers with the host's hostname, so the
-    rendezvous takes them for one node and waits forever (seen here; on a real cluster the
-    hostnames differ)."""
+    """`container`: both nodes in containers on one host network. torchrun names a node by
+    its address (default: the FQDN) and PID; both agents have the host's name and the same low
+    PID in their containers, so without `--local-addr` the rendezvous takes them for one node
+    and waits forever (seen here; on a real cluster the hostnames differ). Node 1 therefore
+    says `--local-addr 127.0.0.2` (all of 127/8 is loopback). `host`: --no-container."""
     port = _free_port()
     common = ["run", "--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     common += ["--rdzv-id", f"e2e-{port}", "--network", "host"]
 
     def start(rank: int) -> subprocess.Popen[str]:
-        on_host = mode == "host" or rank == 0
+        where = ["--no-container"] if mode == "host" else []
+        if mode == "container" and rank == 1:
+            where = ["--local-addr", "127.0.0.2"]
         return subprocess.Popen(
             gl_argv(
                 *common,
-                *(["--no-container"] if on_host else []),
+                *where,
                 "--node-rank",
                 str(rank),
                 "allreduce.py",
@@ -83,8 +85,10 @@ def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
     for code, out, err in outputs:
         assert code == 0, f"exit {code}\n--- stdout\n{out}\n--- stderr\n{err}"
     if mode == "container":
-        assert "running gl-" in outputs[1][2]  # node 1 ran in a container
-        assert "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" in outputs[1][2]
+        for _, _, err in outputs:
+            assert "running gl-" in err  # each node ran in a container
+            assert "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" in err
+        assert "--local-addr 127.0.0.2" in outputs[1][2]
     ranks: dict[str, tuple[str, str]] = {}
     for _, out, _ in outputs:
         for rank, world, total in re.findall(r"^rank (\d)/(\d) all_reduce=(\S+)$", out, re.M):

@@ -39,6 +39,18 @@ def test_rendezvous_options_and_host_network(runner: CliRunner, cpu_project: Pat
     ) in line
 
 
+@pytest.mark.parametrize(("addr", "shown"), [("node-7.cluster", None), ("fd00::0:7", "fd00::7")])
+def test_local_addr_reaches_torchrun(
+    runner: CliRunner, cpu_project: Path, addr: str, shown: str | None
+) -> None:
+    code, out, err = _run(
+        runner, "--nnodes", "2", "--rdzv-endpoint", "10.0.0.5:29400", "--local-addr", addr
+    )
+    assert code == 0, err
+    assert "--node-rank" not in out.splitlines()[-1]
+    assert f"--rdzv-id example-cpu --local-addr {shown or addr} --nproc-per-node 2" in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -50,7 +62,14 @@ def test_rendezvous_options_and_host_network(runner: CliRunner, cpu_project: Pat
         (["--nnodes", "2"], "--rdzv-endpoint: required with --nnodes"),
         (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--network", "none"], "--network: none"),
         (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "a/b"], "--rdzv-id: 'a/b'"),
-        (["--node-rank", "1"], "--node-rank/--rdzv-endpoint/--rdzv-id: need --nnodes N"),
+        (["--node-rank", "1"], "--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr: need"),
+        (["--local-addr", "10.0.0.6"], "--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr: need"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--local-addr", "a b"], "--local-addr: 'a b'"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--local-addr", "[::1]"], "--local-addr:"),
+        (
+            ["--nnodes", "2", "--rdzv-endpoint", "h:1", "--local-addr", "n1\u2028x"],
+            "--local-addr",
+        ),
         (
             ["--nnodes", "2", "--rdzv-endpoint", "h:1", "--nccl", "ib-gdr", "--network", "default"],
             "--nccl: ib-gdr needs host networking",
