@@ -25,8 +25,9 @@ from gpulaunch.engine.buildspec import (
     _sigterm_raises,
     _write_secrets,
 )
+from gpulaunch.engine.cli_probe import probe_cli
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _client_version, _is_executable, _major, _short
+from gpulaunch.engine.replies import _short
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -38,7 +39,6 @@ MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
-CLI_PROBE_TIMEOUT_S = 10
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 NVIDIA_MISSING_HINT = (
@@ -129,60 +129,14 @@ class Engine:
     def docker_cli(self) -> DockerCli | None:
         """A docker CLI that can build with BuildKit, or None (then the SDK's classic builder)."""
         if self._cli is False:
-            self._cli = self._probe_cli()
+            self._cli = probe_cli(self._cli_env())
         return self._cli if isinstance(self._cli, DockerCli) else None
-
-    def _probe_cli(self) -> DockerCli | None:
-        if self.env.get("GPULAUNCH_BUILDER") == "classic":
-            return None
-        candidates: list[str] = []
-        explicit = self.env.get("GPULAUNCH_DOCKER_CLI")
-        if explicit:
-            candidates.append(explicit)
-        for directory in self.env.get("PATH", os.defpath).split(os.pathsep):
-            found = Path(directory) / "docker"
-            if _is_executable(found) and str(found) not in candidates:
-                candidates.append(str(found))
-        for path in candidates:
-            if self._cli_ok(path, ["buildx", "version"]):
-                return DockerCli(path, "buildx")
-            # `docker --version` is the client alone: the answer must not depend on whether
-            # a daemon answered (dry-run and the real build pick the same builder and tag).
-            version = self._cli_output(path, ["--version"])
-            if version and _major(_client_version(version)) < 23:
-                # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
-                return DockerCli(path, "env")
-        return None
 
     def _cli_env(self) -> dict[str, str]:
         env = dict(self.env)
         env.setdefault("DOCKER_HOST", self.host)
         env["DOCKER_BUILDKIT"] = "1"
         return env
-
-    def _probe_env(self) -> dict[str, str]:
-        """Probing needs no daemon (dry-run asks none), but Debian's docker 20.10 CLI dials
-        the engine even for `--version` and waits for ever on a hung one: point it at a
-        socket that cannot exist so it fails at once and still reports itself."""
-        env = {k: v for k, v in self._cli_env().items() if k != "DOCKER_CONTEXT"}
-        env["DOCKER_HOST"] = "unix:///nonexistent/gpulaunch-probe.sock"
-        return env
-
-    def _cli_ok(self, path: str, args: list[str]) -> bool:
-        return self._cli_output(path, args) is not None
-
-    def _cli_output(self, path: str, args: list[str]) -> str | None:
-        try:
-            proc = subprocess.run(
-                [path, *args],
-                capture_output=True,
-                text=True,
-                timeout=CLI_PROBE_TIMEOUT_S,
-                env=self._probe_env(),
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
 
     def builder_kind(self) -> Builder:
         return "buildkit" if self.docker_cli() is not None else "classic"

@@ -88,6 +88,33 @@ def test_classic_builder_forced_by_env() -> None:
     assert Engine({"GPULAUNCH_BUILDER": "classic", "PATH": "/usr/bin"}).builder_kind() == "classic"
 
 
+def _fake_docker(folder: Path, log: Path, version: str) -> Path:
+    """A `docker` that logs each call; `buildx` is missing, `--version` says VERSION."""
+    folder.mkdir(exist_ok=True)
+    docker = folder / "docker"
+    docker.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        f'[ "$1" = --version ] && echo "Docker version {version}, build x" && exit 0\nexit 1\n'
+    )
+    docker.chmod(0o755)
+    return docker
+
+
+def test_the_cli_probe_runs_once_per_binary_and_again_when_it_changes(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    docker = _fake_docker(tmp_path / "bin", log, "20.10.24")
+    env = {"PATH": str(docker.parent)}
+
+    first = Engine(env).docker_cli()
+    second = Engine(env).docker_cli()  # another engine in the same process: no new probe
+
+    assert first == second == DockerCli(str(docker), "env")  # pre-23: DOCKER_BUILDKIT=1
+    assert log.read_text().splitlines() == ["buildx version", "--version"]
+    _fake_docker(tmp_path / "bin", log, "27.3.1-longer")  # upgraded in place: asked anew
+    assert Engine(env).docker_cli() is None  # 27 without buildx: the classic builder
+    assert len(log.read_text().splitlines()) == 4
+
+
 @pytest.mark.parametrize(
     ("lines", "step", "total", "current"),
     [
