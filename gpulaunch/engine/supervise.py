@@ -34,13 +34,29 @@ class _Stopper:
         self.event.set()
 
 
-def _pump(chunks: Iterator[bytes], out: BinaryIO, done: threading.Event) -> None:
+def _pump(
+    chunks: Iterator[bytes], out: BinaryIO, done: threading.Event, warn: Callable[[str], None]
+) -> None:
+    """Copy one attached stream to `out` until the job ends.
+
+    When `out` fails (`gpulaunch run ... | head`: the reader left), the stream is still read
+    to its end and dropped, as the engine drops it when `docker run`'s CLI dies of SIGPIPE:
+    the engine blocks on an attach stream nobody reads, the job with it, and every inspect of
+    the container until the reader goes. The job runs on; its exit code stays the result."""
+    failed = False
     try:
         for chunk in chunks:
-            out.write(chunk)
-            out.flush()
+            if failed:
+                continue
+            try:
+                out.write(chunk)
+                out.flush()
+            except (OSError, ValueError) as err:  # a closed pipe or file
+                failed = True
+                with contextlib.suppress(Exception):
+                    warn(f"warning: cannot write the job's output ({err}); dropping the rest")
     except Exception:
-        pass
+        pass  # the attach stream broke (engine gone): wait() reports it
     finally:
         done.set()
 
@@ -120,7 +136,7 @@ def supervise(
         streamed = [threading.Event(), threading.Event()]
         for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
             threading.Thread(
-                target=_pump, args=(attached[stream], target, done), daemon=True
+                target=_pump, args=(attached[stream], target, done, warn), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
         graceful_sent = forced = False

@@ -253,3 +253,48 @@ def test_rerun_when_the_image_is_gone_and_with_rebuild(docker_client: Any, tmp_p
     assert plain.returncode == 0, plain.describe()
     assert plain.stdout == first.stdout
     assert _newest_record(project)["image"]["id"] == again["image"]["id"]
+
+
+# Much more than a pipe and the engine's attach buffer hold, then a line on stderr.
+FLOOD_JOB = """\
+import sys
+for _ in range(2000):
+    sys.stdout.write("x" * 4095 + "\\n")
+sys.stdout.flush()
+print("flood done", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_reader_that_leaves_early_neither_hangs_the_run_nor_the_engine(
+    proj: Path, docker_client: Any
+) -> None:
+    """`gpulaunch run job.py | head -c 10`: gpulaunch drains the rest (the engine would block on
+    an unread attach stream, the job and every inspect of it with it), the job finishes, its
+    exit code is the result, and its container is gone."""
+    (proj / "flood.py").write_text(FLOOD_JOB)
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert reader.stdin is not None and reader.stdout is not None
+    proc = subprocess.Popen(
+        gl_argv("run", "--no-status", "flood.py"),
+        cwd=proj,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+    )
+    reader.stdin.close()  # only gpulaunch holds the pipe's writing end
+    try:
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert reader.stdout.read() == b"x" * 10
+    reader.wait(10)
+    text = err.decode(errors="replace")
+    assert proc.returncode == 0, text
+    assert "flood done" in text  # the job ran to its end, its stderr still shown
+    assert "warning: cannot write the job's output" in text
+    assert "Traceback" not in text and "Exception ignored" not in text
+    record = _newest_record(proj)
+    assert record["state"] == "succeeded" and record["exit_code"] == 0
+    assert docker_client.containers.list(all=True, filters={"name": record["container"]}) == []

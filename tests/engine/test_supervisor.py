@@ -135,6 +135,51 @@ def _supervise(engine: FakeEngine, plan: RunPlan, first: int | None = None) -> t
     return code, cap
 
 
+class _ClosedPipe:
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_closed_output_pipe_still_drains_the_stream_and_the_job_runs_on() -> None:
+    """`gpulaunch run ... | head`: the engine must never block on an unread attach stream."""
+    read: list[int] = []
+
+    class Chatty(FakeContainer):
+        def attach(self, *, stdout: bool, stderr: bool, stream: bool, logs: bool) -> Any:
+            def chunks() -> Iterator[bytes]:
+                for i in range(1000):
+                    read.append(i)
+                    yield b"x" * 100
+                self.exit_code = 0
+                self.exited.set()  # the job ends only once its output was all read
+
+            return chunks() if stdout else iter([b"err-line\n"])
+
+    container = Chatty(obeys_sigterm=True)
+    pipe = _ClosedPipe()
+    err = Captured()
+
+    code = runner.supervise(
+        FakeEngine(container),  # type: ignore[arg-type]
+        _plan(),
+        out=pipe,  # type: ignore[arg-type]
+        err=err.err,  # type: ignore[arg-type]
+        warn=err.warnings.append,
+    )
+
+    assert code == 0 and len(read) == 1000 and pipe.writes == 1
+    assert err.err.getvalue() == b"err-line\n"
+    (warning,) = err.warnings
+    assert warning.startswith("warning: cannot write the job's output") and "Broken pipe" in warning
+
+
 # -- a job that ends by itself -------------------------------------------------------------
 @pytest.mark.parametrize("code", [0, 3])
 def test_the_jobs_exit_code_and_streams_pass_through(code: int) -> None:
