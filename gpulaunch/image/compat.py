@@ -254,6 +254,7 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
     picked = host
     if selected is not None and host.brands:
         picked = HostGpus(host.driver, host.names, tuple(host.brands[i] for i in selected))
+    indices = range(len(host.names)) if selected is None else selected
     for verdict in driver_verdicts(resolved, picked):
         if not verdict.ok:
             fits = _variants_for_driver(resolved, verdict.driver, verdict.brand)
@@ -265,9 +266,11 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
             )
     if resolved.cuda is None:
         return  # a CPU build runs no kernels on the GPUs it is given: no arch to check
-    names = host.names if selected is None else [host.names[i] for i in selected]
-    for name in dict.fromkeys(names):
-        cc = gpu_compute_capability(name)
+    seen: dict[tuple[str, str | None], None] = {}
+    for i in indices:  # NVML's compute capability, else the catalog's by product name
+        cc = (host.ccs[i] if i < len(host.ccs) else None) or gpu_compute_capability(host.names[i])
+        seen[(host.names[i], cc)] = None
+    for name, cc in seen:
         if cc and not supports_arch(resolved, cc):
             archs = " ".join(resolved.cuda_archs) or "its toolkit"
             raise ConfigError(

@@ -149,6 +149,22 @@ def test_check_ignores_unselected_gpus(tmp_path: Path) -> None:
         compat.check(resolved, host, None)  # all GPUs
 
 
+def test_nvml_compute_capability_decides_for_a_gpu_the_catalog_does_not_name(
+    tmp_path: Path,
+) -> None:
+    """A product name the catalog lacks: NVML's compute capability (12.0) still refuses a
+    build without its kernels, as init's own choice (host_builds) already excludes it."""
+    (tmp_path / "gpulaunch.yaml").write_text(f"version: 1\nname: p\nimage: {CU121}\n")
+    resolved = resolve(image_request(load_config(tmp_path / "gpulaunch.yaml")))
+    future = compat.HostGpus("580.65.06", ("NVIDIA Future GPU",), ("nvidia",), ("12.0",))
+    with pytest.raises(ConfigError, match=r"NVIDIA Future GPU \(compute capability 12.0\)"):
+        compat.check(resolved, future)
+    with pytest.raises(ConfigError, match=r"compute capability 12\.0"):
+        compat.check(resolved, future, [0])
+    compat.check(resolved, compat.HostGpus("580.65.06", ("NVIDIA Future GPU",), ("nvidia",)))
+    assert not any(r.torch == "2.4.1" and r.cuda == "12.1" for r in compat.host_builds(future))
+
+
 # -- partial NVML failures: validated, refused cleanly, or said to be unvalidated ---------
 def test_more_gpus_than_the_host_has_are_refused(
     runner: CliRunner, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
