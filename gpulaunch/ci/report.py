@@ -113,8 +113,14 @@ def summary_markdown(result: SmokeResult) -> str:
     lines += [f"| {k} | {_cell(v)} |" for k, v in rows]
     if result.outcome != "passed":
         lines += ["", f"**{_cell(result.message)}**", "", "<details><summary>last lines</summary>"]
-        lines += ["", "```text", *result.tail[-SUMMARY_TAIL:], "```", "", "</details>"]
+        tail = result.tail[-SUMMARY_TAIL:]
+        # a fence longer than any run of backticks in the job's lines: they cannot close it
+        fence = "`" * max([3, *(len(run) + 1 for line in tail for run in _TICKS.findall(line))])
+        lines += ["", f"{fence}text", *tail, fence, "", "</details>"]
     return mask("\n".join(lines) + "\n\n")
+
+
+_TICKS = re.compile(r"`+")
 
 
 def _cell(text: str) -> str:

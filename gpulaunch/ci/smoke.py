@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
 
 from gpulaunch.ci.gpus import choose_gpus
+from gpulaunch.engine.supervise import StopRequest
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
 from gpulaunch.jobs.execute import Job, JobIO, JobSpec, Observer, build_image, plan_job
 from gpulaunch.jobs.execute import run_attached as _run_attached
@@ -160,15 +162,20 @@ class _Clock:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.stop = threading.Event()
-        self.timed_out = False
+        self.stop = StopRequest()
+        self.expired = False
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self._timer: threading.Timer | None = None
 
     def _expire(self) -> None:
-        self.timed_out = True
+        self.expired = True
         self.stop.set()
+
+    @property
+    def timed_out(self) -> bool:
+        """The timeout stopped the job (not merely expired after the job had ended)."""
+        return self.stop.honoured
 
     def started(self, job: Job) -> None:
         self.started_at = time.monotonic()
@@ -197,7 +204,7 @@ def prepare(spec: JobSpec, opts: SmokeOptions) -> Job:
         raise ConfigError(f"--timeout: {opts.timeout} is not a positive number of seconds")
     if opts.grace is not None and opts.grace < 0:
         raise ConfigError(f"--grace: {opts.grace} is negative")
-    if opts.require_gpu and opts.gpus in ("0", ""):
+    if opts.require_gpu and re.fullmatch(r"\s*0*\s*", opts.gpus):  # 0, 00, "0 ", ""
         raise ConfigError("--require-gpu: contradicts --gpus 0")
     spec.opts.env = [*spec.opts.env, f"{SMOKE_ENV}=1", f"{STEPS_ENV}={opts.steps}"]
     spec.opts.gpus = "0" if opts.gpus == "auto" else opts.gpus

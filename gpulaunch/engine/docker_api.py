@@ -27,7 +27,7 @@ from gpulaunch.engine.buildspec import (
 )
 from gpulaunch.engine.cli_probe import probe_cli
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _short
+from gpulaunch.engine.replies import _from_transport, _short
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -372,6 +372,11 @@ class Engine:
         except DockerException as err:
             self.discard(container)
             raise EngineError(f"docker: {_short(err)}") from None
+        except Exception as err:
+            self.discard(container)
+            if _from_transport(err):  # requests/urllib3: a timeout, a dropped connection
+                raise EngineError(f"Docker engine: {_short(err)}") from None
+            raise
         except BaseException:
             self.discard(container)
             raise
@@ -382,8 +387,13 @@ class Engine:
             return
         from docker.errors import DockerException
 
-        with contextlib.suppress(DockerException):
+        try:
             container.remove(force=True)
+        except DockerException:
+            pass
+        except Exception as err:  # the engine went away meanwhile: nothing left to remove
+            if not _from_transport(err):
+                raise
 
     def find_leftover(self, name: str, run_id: str) -> Any:
         """The container `name` of run `run_id` if it exists (created but perhaps never

@@ -30,6 +30,12 @@ def _major(version: str) -> int:
         return 0
 
 
+def _from_transport(err: BaseException) -> bool:
+    """An error of the HTTP layer under the docker SDK (requests, urllib3), by module, so
+    nothing imports them for this."""
+    return any(c.__module__.split(".")[0] in ("requests", "urllib3") for c in type(err).__mro__)
+
+
 def _short(err: BaseException) -> str:
     explanation = getattr(err, "explanation", None)
     text = str(explanation or err).strip()

@@ -34,6 +34,16 @@ class _Stopper:
         self.event.set()
 
 
+class StopRequest(threading.Event):
+    """A caller's request to stop the job (a smoke run's timeout), set from any thread.
+    `honoured` turns true when the job was sent SIGTERM for it: a request that comes after
+    the job ended (while its output drains or its container is removed) stops nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.honoured = False
+
+
 def _pump(
     chunks: Iterator[bytes], out: BinaryIO, done: threading.Event, warn: Callable[[str], None]
 ) -> None:
@@ -142,8 +152,11 @@ def supervise(
         graceful_sent = forced = False
         while not finished.is_set():
             stopper.event.wait(0.2)
-            if (stopper.count or (stop is not None and stop.is_set())) and not graceful_sent:
+            requested = stop is not None and stop.is_set()
+            if (stopper.count or requested) and not graceful_sent:
                 graceful_sent = True
+                if requested and isinstance(stop, StopRequest):
+                    stop.honoured = True
                 _signal(container, "SIGTERM")
                 timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
                 timer.daemon = True

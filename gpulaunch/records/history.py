@@ -20,7 +20,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     now = now or datetime.now(UTC)
     match = _RELATIVE.fullmatch(text)
     if match:
-        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        try:
+            return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        except OverflowError:
+            raise ConfigError(f"--since: {text!r} reaches before the year 1") from None
     if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9:]+)?", text):
         value = parse_time(text if "T" in text or " " in text else text + "T00:00:00")
         if value is not None:

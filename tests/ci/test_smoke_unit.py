@@ -124,11 +124,13 @@ def test_clock_sets_stop_only_after_the_timeout() -> None:
     clock.started(None)  # type: ignore[arg-type]
     assert not clock.stop.is_set()
     assert clock.stop.wait(5)
+    assert clock.expired and not clock.timed_out  # nothing stopped a job for it yet
+    clock.stop.honoured = True  # what supervise does when it sends SIGTERM for the request
     assert clock.timed_out
     early = _Clock(30)
     early.started(None)  # type: ignore[arg-type]
     early.finished(None)  # type: ignore[arg-type]
-    assert not early.timed_out and not early.stop.is_set()
+    assert not early.expired and not early.timed_out and not early.stop.is_set()
 
 
 def test_tee_passes_bytes_through_and_masks_the_log() -> None:
@@ -197,6 +199,15 @@ def test_summary_is_appended_markdown(tmp_path: Path) -> None:
     assert "ValueError: boom red" in text
 
 
+def test_job_output_cannot_close_the_summary_code_fence(tmp_path: Path) -> None:
+    path = tmp_path / "summary.md"
+    tail = ["before", "````", "# not a heading", "```` ``"]
+    append_summary(_result("failed", message="exit 1", tail=tail), path)
+    lines = path.read_text().splitlines()
+    opening = lines.index("`````text")  # longer than the longest run of backticks (4)
+    assert lines[opening + 1 : opening + 6] == [*tail, "`````"]
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
@@ -220,6 +231,8 @@ def test_report_target_checked_first(tmp_path: Path, make: Any, reason: str) -> 
         (["--junit", "nowhere/j.xml"], "--junit"),
         (["--junit", "."], "--junit"),
         (["--gpus", "0", "--require-gpu"], "--require-gpu"),
+        (["--gpus", "00", "--require-gpu"], "--require-gpu"),
+        (["--gpus", "0 ", "--require-gpu"], "--require-gpu"),
         (["--set", "image.torhc=2.4.1"], "image.torhc"),
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,41 @@ def test_prepare_build_dry_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / ".dockerignore").write_text(render_dockerignore())
     again = prepare_build(cfg, tmp_path, "buildkit", BuildOptions())
     assert again.tag == prepared.tag  # no .dockerignore = gpulaunch's default rules
+
+
+def test_a_transport_error_while_starting_is_an_engine_error_and_removes_the_container() -> None:
+    """A read timeout or dropped connection from the HTTP layer (requests) between create and
+    start: exit 3 with one line (and smoke's JUnit/summary), never an untranslated error."""
+    import requests
+
+    removed: list[str] = []
+
+    class Created:
+        id = "c1"
+
+        def remove(self, force: bool = False) -> None:
+            removed.append(self.id)
+
+    class Api:
+        _version = "1.41"
+
+        def create_container(self, **_kwargs: Any) -> dict[str, str]:
+            return {"Id": "c1"}
+
+    class Client:
+        api = Api()
+
+        class containers:  # the SDK's attribute
+            @staticmethod
+            def get(_id: str) -> Created:
+                return Created()
+
+    engine = Engine({"PATH": ""})
+    engine._client = Client()
+
+    def attach(_container: Any) -> None:
+        raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=60)")
+
+    with pytest.raises(EngineError, match=r"^Docker engine: Read timed out"):
+        engine.create_container({"image": "img:tag", "command": ["true"]}, before_start=attach)
+    assert removed == ["c1"]

@@ -180,6 +180,37 @@ def test_a_closed_output_pipe_still_drains_the_stream_and_the_job_runs_on() -> N
     assert warning.startswith("warning: cannot write the job's output") and "Broken pipe" in warning
 
 
+def test_a_stop_request_is_honoured_only_while_the_job_runs() -> None:
+    """Smoke's timeout: SIGTERM for a running job marks the request honoured; a request that
+    comes after the job ended (its output draining, its container being removed) does not."""
+    running = FakeContainer(obeys_sigterm=True)
+    request = runner.StopRequest()
+    request.set()
+    code = runner.supervise(
+        FakeEngine(running),  # type: ignore[arg-type]
+        _plan(),
+        out=Captured().out,  # type: ignore[arg-type]
+        err=Captured().err,  # type: ignore[arg-type]
+        warn=print,
+        stop=request,
+    )
+    assert (code, running.kills, request.honoured) == (143, ["SIGTERM"], True)
+
+    ended = FakeContainer(obeys_sigterm=True, code=0)
+    late = runner.StopRequest()
+    engine = FakeEngine(ended)
+    engine.discard = lambda _c: late.set()  # type: ignore[method-assign]  # expires at removal
+    code = runner.supervise(
+        engine,  # type: ignore[arg-type]
+        _plan(),
+        out=Captured().out,  # type: ignore[arg-type]
+        err=Captured().err,  # type: ignore[arg-type]
+        warn=print,
+        stop=late,
+    )
+    assert (code, ended.kills, late.is_set(), late.honoured) == (0, [], True, False)
+
+
 # -- a job that ends by itself -------------------------------------------------------------
 @pytest.mark.parametrize("code", [0, 3])
 def test_the_jobs_exit_code_and_streams_pass_through(code: int) -> None:

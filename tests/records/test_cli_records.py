@@ -136,6 +136,7 @@ def test_rerun_takes_a_masked_secret_from_the_environment(runner: CliRunner, pro
     [
         (("rerun", "nope"), "ID: 'nope' is not a run id (see `gpulaunch history`)"),
         (("history", "--since", "soon"), "--since: 'soon' is not a date"),
+        (("history", "--since", "999999w"), "--since: '999999w' reaches before the year 1"),
         (("run", "--no-container", "--price", "-1", "job.py"), "--price: '-1' is not a price"),
         (("run", "--no-container", "--price", "1e3", "job.py"), "--price: '1e3' is not a price"),
     ],
