@@ -25,9 +25,8 @@ from gpulaunch.engine.buildspec import (
     _sigterm_raises,
     _write_secrets,
 )
-from gpulaunch.engine.cli_probe import probe_cli
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _from_transport, _short
+from gpulaunch.engine.replies import _from_transport, _short, probe_cli
 from gpulaunch.errors import (
     BuildError,
     ConfigError,

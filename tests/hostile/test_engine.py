@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gpulaunch.engine.buildspec import BuildRequest, DockerCli
-from gpulaunch.engine.docker_api import RUN_ID_LABEL, Engine, _client_version
+from gpulaunch.engine.docker_api import RUN_ID_LABEL, Engine
+from gpulaunch.engine.replies import _client_version
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.masking import MASK, mask, mask_data, mask_env
 from hostile.conftest import MINIMAL_CONFIG, Hostile
