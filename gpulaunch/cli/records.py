@@ -171,7 +171,7 @@ def rerun(
     current, project = _load(config)
     record = load(project, ident)
     extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
-    spec = rerun_spec(record, current, extra)
+    spec = rerun_spec(record, current, extra, here=project)
     spec.rebuild = rebuild
     tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
     job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))

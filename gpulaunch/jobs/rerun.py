@@ -2,8 +2,12 @@
 same image id (or, with --rebuild, an image rebuilt from the recorded config).
 
 Secrets were masked before the record was written, so they are not in it: a masked value
-(`***`) is taken from the current gpulaunch.yaml (same field) or, for `--env NAME=***`, from
-this shell's environment; when neither has it the rerun refuses, naming the field.
+(`***`, or a value with a masked part such as `https://***@host`) is taken from the current
+gpulaunch.yaml (same field, when masking it gives the recorded text) or, for
+`--env NAME=***`, from this shell's environment; when neither has it the rerun refuses,
+naming the field. A masked part of the command or its arguments cannot be restored: refused.
+The run happens in the project the record was found in (a moved or copied checkout), in the
+recorded working folder's place inside it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError, EngineError
-from gpulaunch.masking import MASK
+from gpulaunch.masking import MASK, mask
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,8 @@ class ReusedImage:
 
 
 def _unmask(recorded: Any, current: Any, where: str) -> Any:
-    if recorded == MASK:
-        if isinstance(current, str):
+    if isinstance(recorded, str) and MASK in recorded:
+        if isinstance(current, str) and (recorded == MASK or mask(current) == recorded):
             return current
         raise ConfigError(
             f"rerun: {where} was a secret (masked in the record) and the current config has no "
@@ -68,13 +72,46 @@ def _env_flags(items: list[str], environ: Mapping[str, str]) -> list[str]:
     return out
 
 
+def _refuse_masked(value: Any, where: str) -> None:
+    """A masked part left in the flags or the command (`--api-key=***`): the secret is not in
+    the record and a rerun would pass the mask itself to the job."""
+    if isinstance(value, str) and MASK in value:
+        raise ConfigError(
+            f"rerun: {where} ({value!r}) holds a masked secret that the record does not keep; "
+            "run the command again with `gpulaunch run`"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_masked(item, f"{where}.{key}")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_masked(item, f"{where}[{i}]")
+
+
+def _same_place(record: dict[str, Any], project: Path) -> Path:
+    """The recorded working folder, moved with the project: its path relative to the
+    recorded project, inside `project`; the project itself when that is not a folder."""
+    recorded = Path(str(record.get("project") or "."))
+    cwd = Path(str(record.get("cwd") or recorded))
+    try:
+        rel = cwd.relative_to(recorded)
+    except ValueError:
+        return project
+    if ".." in rel.parts:  # a record edited by hand: stay in the project
+        return project
+    inside = project / rel
+    return inside if inside.is_dir() else project
+
+
 def rerun_spec(
     record: dict[str, Any],
     current_cfg: Any,
     extra: list[str],
     environ: Mapping[str, str] | None = None,
+    here: Path | None = None,
 ) -> Any:
-    """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args."""
+    """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args,
+    in the project `here` (where the record was found; default: the recorded one)."""
     from gpulaunch.config import ProjectConfig
     from gpulaunch.jobs.execute import JobSpec
     from gpulaunch.launch.plan import RunOptions
@@ -89,16 +126,15 @@ def rerun_spec(
     known = {f.name for f in dataclasses.fields(RunOptions)}
     options = {k: v for k, v in (record.get("options") or {}).items() if k in known}
     options["env"] = _env_flags(list(options.get("env") or []), environ)
+    _refuse_masked({k: v for k, v in options.items() if k != "env"}, "options")
     opts = RunOptions(**options)
     if extra:
         if opts.command:
             opts.command = [*opts.command, *extra]
         else:
             opts.args = [*opts.args, *extra]
-    project = Path(str(record.get("project")))
-    cwd = Path(str(record.get("cwd") or project))
-    if not cwd.is_dir():
-        cwd = project
+    project = Path(here) if here is not None else Path(str(record.get("project")))
+    cwd = _same_place(record, project)
     config_file = record.get("config_file")
     return JobSpec(
         cfg,

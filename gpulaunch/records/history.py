@@ -64,14 +64,17 @@ def totals(records: list[dict[str, Any]]) -> Totals:
     total_cost: Decimal | None = None
     for item in costs:
         try:
-            total_cost = (total_cost or Decimal(0)) + Decimal(str(item))
+            value = Decimal(str(item))
         except ArithmeticError:
             continue
+        if value.is_finite():  # not "Infinity"/"NaN" from a hand-edited file
+            total_cost = (total_cost or Decimal(0)) + value
+    cost = None if total_cost is None else str(total_cost.quantize(Decimal("0.01")))
     return Totals(
         runs=len(records),
         duration_s=round(sum(_number(r.get("duration_s")) for r in records), 1),
         gpu_hours=round(sum(_number(r.get("gpu_hours")) for r in records), 4),
-        cost=None if total_cost is None else str(total_cost.quantize(Decimal("0.01"))),
+        cost=cost,
     )
 
 

@@ -86,6 +86,9 @@ def save(project: Path, record: dict[str, Any], warn: Warn) -> bool:
     return True
 
 
+_OBJECTS = ("image", "options", "config", "gpus", "restarts", "gpu_metrics", "git")
+
+
 def load_one(path: Path) -> dict[str, Any]:
     """One record, or ValueError saying why it is not one gpulaunch can read."""
     try:
@@ -109,6 +112,9 @@ def load_one(path: Path) -> dict[str, Any]:
         )
     if not is_run_id(str(data.get("id", ""))) or path.stem != data["id"]:
         raise ValueError("not a run record (its id does not match its file name)")
+    for key in _OBJECTS:  # what history, rerun and reconcile read as objects
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ValueError(f"not a run record ({key} is not a JSON object)")
     return data
 
 

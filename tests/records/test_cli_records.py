@@ -131,6 +131,85 @@ def test_rerun_takes_a_masked_secret_from_the_environment(runner: CliRunner, pro
     assert (project / "t.txt").read_text().splitlines()[-1].endswith("token again")
 
 
+def test_rerun_refuses_a_masked_part_of_the_arguments(runner: CliRunner, project: Path) -> None:
+    """`--api_key=***` in the record: the secret is gone, and passing the mask on would run
+    the job with a wrong value."""
+    assert (
+        invoke(runner, "run", "--no-container", "job.py", "k.txt", "--api_key=abc123").exit_code
+        == 0
+    )
+    (rec,) = _records(project)
+    assert rec["options"]["args"] == ["k.txt", "--api_key=***"]
+    before = (project / "k.txt").read_text()
+
+    result = invoke(runner, "rerun", rec["id"])
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "gpulaunch: error: rerun: options.args[1] ('--api_key=***') holds a masked secret"
+    )
+    assert result.stderr.count("\n") == 1
+    assert (project / "k.txt").read_text() == before  # the job did not run
+
+
+def test_rerun_restores_a_masked_url_credential_from_the_current_config(
+    runner: CliRunner, project: Path
+) -> None:
+    config = project / "gpulaunch.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "launch: {", "launch: {env: {MIRROR: 'https://bob:pw1@mirror/simple'}, "
+        )
+    )
+    (project / "env.py").write_text(
+        "import os, pathlib\npathlib.Path('m.txt').open('a').write(os.environ['MIRROR'] + '\\n')\n"
+    )
+    assert invoke(runner, "run", "--no-container", "env.py").exit_code == 0
+    (rec,) = _records(project)
+    assert rec["config"]["launch"]["env"]["MIRROR"] == "https://***@mirror/simple"
+
+    assert invoke(runner, "rerun", rec["id"]).exit_code == 0  # same credential: restored
+    config.write_text(config.read_text().replace("mirror/simple", "other/simple"))
+    changed = invoke(runner, "rerun", rec["id"])  # the config no longer masks to the record
+    assert changed.exit_code == 2
+    assert "config.launch.env.MIRROR was a secret" in changed.stderr
+    assert (project / "m.txt").read_text().splitlines() == ["https://bob:pw1@mirror/simple"] * 2
+
+
+def test_rerun_runs_in_the_project_it_was_found_in(runner: CliRunner, project: Path) -> None:
+    """A moved or copied checkout: the record's old path is not where the job runs."""
+    (project / "sub").mkdir()
+    assert invoke(runner, "run", "--no-container", "job.py", "w.txt").exit_code == 0
+    (rec,) = _records(project)
+    path = project / ".gpulaunch" / "runs" / f"{rec['id']}.json"
+    moved = dict(rec, project="/nonexistent/old-checkout", cwd="/nonexistent/old-checkout")
+    path.write_text(json.dumps(moved))
+
+    result = invoke(runner, "rerun", rec["id"])
+
+    assert result.exit_code == 0, result.stderr
+    assert (project / "w.txt").read_text().count("attempt") == 2  # ran here, on this job.py
+    assert len(_records(project)) == 2  # and its record is here too
+
+
+def test_a_record_with_a_wrong_shape_is_skipped_not_a_crash(
+    runner: CliRunner, project: Path
+) -> None:
+    assert invoke(runner, "run", "--no-container", "job.py", "s.txt").exit_code == 0
+    (rec,) = _records(project)
+    runs = project / ".gpulaunch" / "runs"
+    bad = "20200101-000000-000003"
+    (runs / f"{bad}.json").write_text(
+        json.dumps(dict(rec, id=bad, image="sha256:abc", cost="Infinity"))
+    )
+    history = invoke(runner, "history", "--json")
+    assert history.exit_code == 0
+    assert [r["id"] for r in json.loads(history.stdout)["runs"]] == [rec["id"]]
+    assert "image is not a JSON object" in history.stderr
+    rerun = invoke(runner, "rerun", bad)
+    assert rerun.exit_code == 2 and "image is not a JSON object" in rerun.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -332,3 +332,9 @@ def test_select_and_totals() -> None:
     assert (total.runs, total.duration_s, total.gpu_hours, total.cost) == (3, 90.0, 0.75, "3.25")
     assert history.totals(runs[1:2]).cost is None
     assert history.row(runs[0] | {"exit_code": 143, "signal": "SIGTERM"})["exit"] == "143 (SIGTERM)"
+
+
+def test_totals_skip_costs_that_are_not_finite_numbers() -> None:
+    records: list[dict[str, Any]] = [{"cost": "Infinity"}, {"cost": "NaN"}, {"cost": "1.50"}]
+    records += [{"cost": "x"}, {"cost": "0.25"}]
+    assert history.totals(records).cost == "1.75"
