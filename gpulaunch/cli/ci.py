@@ -122,7 +122,7 @@ def smoke(
     jobio = JobIO(out, sys.stderr.buffer, _err, _build_with_progress)
     log_path = log_file(project, job.plan.run.run_id)
     with open_stream(log_path, root=project) as log:
-        observers = standard_observers(spec, _err)  # smoke runs get run records too
+        observers = standard_observers(spec, _err, kind="smoke")  # smoke runs get records too
         result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path, observers)
     if junit_path is not None:
         write_junit(result, junit_path)

@@ -24,6 +24,7 @@ from gpulaunch.records.store import (
     load_all,
     load_one,
     parse_time,
+    process_start,
     record_path,
     save,
 )
@@ -45,7 +46,12 @@ def _launcher_alive(record: dict[str, Any]) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a recycled pid is not our launcher
+    started = launcher.get("started")
+    if isinstance(started, int) and not isinstance(started, bool):
+        now = process_start(pid)  # a recycled pid started later: not our launcher
+        if now is not None:
+            return now == started
+    try:  # an older record: a recycled pid is at least not a gpulaunch process
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True

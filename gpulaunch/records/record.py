@@ -20,7 +20,14 @@ from typing import Any
 
 from gpulaunch import __version__
 from gpulaunch.masking import mask_data, mask_env
-from gpulaunch.records.store import SCHEMA_VERSION, Warn, parse_time, save, utc_now
+from gpulaunch.records.store import (
+    SCHEMA_VERSION,
+    Warn,
+    parse_time,
+    process_start,
+    save,
+    utc_now,
+)
 
 _VERSION_FIELDS = (
     "flavor",
@@ -211,7 +218,11 @@ def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> d
         },
         "nproc": run.nproc,
         "container": None if container is None else str(getattr(container, "name", run.name)),
-        "launcher": {"pid": os.getpid(), "host": socket.gethostname()},
+        "launcher": {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": process_start(os.getpid()),  # tells a recycled pid from this one
+        },
         "exit_code": None,
         "signal": None,
         "restarts": {"max": getattr(plan, "restarts", 0), "count": 0, "attempts": []},

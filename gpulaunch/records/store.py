@@ -86,6 +86,16 @@ def save(project: Path, record: dict[str, Any], warn: Warn) -> bool:
     return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22): with the
+    pid it names one process; a recycled pid has another. None off Linux or when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 _OBJECTS = ("image", "options", "config", "gpus", "restarts", "gpu_metrics", "git")
 
 

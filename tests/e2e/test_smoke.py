@@ -82,6 +82,8 @@ def test_smoke_of_the_offline_cpu_example_passes(
     assert log.parent == project / ".gpulaunch" / "logs"
     assert "rank 0/2 all_reduce=3 expected=3 steps=2 ok" in log.read_text()
     assert f"log: {log}" in result.stderr
+    (record,) = [json.loads(p.read_text()) for p in (project / ".gpulaunch" / "runs").iterdir()]
+    assert (record["kind"], record["state"], record["exit_code"]) == ("smoke", "succeeded", 0)
 
 
 def test_smoke_timeout_stops_a_job_that_sleeps_forever(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -290,6 +291,25 @@ def test_host_record_of_a_dead_launcher_is_lost(tmp_path: Path) -> None:
     _running(tmp_path, RUN_ID, mode="host", detached=False,
              launcher={"pid": 2**22 + 7, "host": socket.gethostname()})  # fmt: skip
     assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0]["state"] == "lost"
+
+
+def test_a_recycled_launcher_pid_is_not_the_launcher(tmp_path: Path) -> None:
+    """The recorded pid now names another process (even one whose command line says
+    gpulaunch, like `vim gpulaunch.yaml`): its start time differs, so the record is lost."""
+    with subprocess.Popen(["sleep", "30"]) as other:  # a live pid that is not the launcher
+        try:
+            started = store.process_start(other.pid)
+            assert isinstance(started, int) and started > 0
+            host = socket.gethostname()
+            _running(tmp_path, RUN_ID, mode="host", detached=False,
+                     launcher={"pid": other.pid, "host": host, "started": started - 1})  # fmt: skip
+            assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0]["state"] == "lost"
+            _running(tmp_path, RUN_ID, mode="host", detached=False,
+                     launcher={"pid": other.pid, "host": host, "started": started})  # fmt: skip
+            records = reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)
+            assert records[0]["state"] == "running"  # the same process: still its launcher
+        finally:
+            other.kill()
 
 
 def test_finish_container_uses_the_workspace_mount(tmp_path: Path) -> None:
