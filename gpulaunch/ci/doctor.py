@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, runtime_error
+from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, is_remote, runtime_error
 from gpulaunch.errors import GpulaunchError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -49,23 +49,28 @@ class Report:
 
 def run_doctor(engine: Any, config: Any | None, env: Mapping[str, str] | None = None) -> Report:
     environ = dict(os.environ if env is None else env)
+    host = engine_host(engine, environ)
     checks: list[Check] = []
     facts = _engine_checks(engine, config, checks)
     resolved = _resolve(config, checks)
-    _gpu_checks(resolved, environ, checks)
+    found = _gpu_checks(resolved, environ, checks, host)
+    if not (found and found[1]) or (resolved is not None and resolved.cuda is None):
+        _runtime_not_needed(checks, resolved)
     checks.append(_shm_check())
-    checks.append(_disk_check(facts, config, resolved, engine.host))
+    checks.append(_disk_check(facts, config, resolved, host))
     checks.append(_numa_check(environ))
     return Report(tuple(checks))
 
 
 # -- the engine ------------------------------------------------------------------------------
 def _engine_checks(engine: Any, config: Any | None, checks: list[Check]) -> dict[str, Any]:
-    where = engine.host + (" (DOCKER_HOST)" if engine.env.get("DOCKER_HOST") else "")
     try:
+        where = engine.host + (" (DOCKER_HOST)" if engine.env.get("DOCKER_HOST") else "")
         version, info, tags = engine.facts()
     except GpulaunchError as err:
         fix = "start dockerd (systemctl start docker), or point DOCKER_HOST at a running engine"
+        if "context" in err.message:
+            fix = "docker context ls: choose an existing context (docker context use NAME)"
         checks.append(Check("engine", FAIL, err.message, fix))
         return {}
     checks.append(Check("engine", OK, f"reachable at {where}"))
@@ -120,6 +125,34 @@ def _resolve(config: Any | None, checks: list[Check]) -> Any:
         return None
 
 
+def _runtime_not_needed(checks: list[Check], resolved: Any) -> None:
+    """No GPU here, or a CPU image: a missing GPU runtime is a warning, not a failure."""
+    why = (
+        "the image is a CPU build"
+        if resolved is not None and resolved.cuda is None
+        else ("no GPU seen on this host")
+    )
+    for i, check in enumerate(checks):
+        if check.name == "NVIDIA runtime" and check.status == FAIL:
+            detail = f"{check.detail} ({why}: needed only for GPU runs)"
+            checks[i] = Check(check.name, WARN, detail, check.fix)
+
+
+def _query(lib: Any, name: str, *args: Any) -> Any:
+    """One NVML query that may be refused for one GPU (Not Supported on unified-memory parts,
+    old bindings): None then, and the other lines still come."""
+    fn = getattr(lib, name, None)
+    if fn is None:
+        return None
+    refused = getattr(lib, "NVMLError", None)
+    try:
+        return fn(*args)
+    except Exception as err:
+        if isinstance(refused, type) and isinstance(err, refused):
+            return None
+        raise
+
+
 def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]] | None:
     from gpulaunch.catalog.driver_rule import brand_name
     from gpulaunch.engine import nvml
@@ -132,19 +165,15 @@ def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]
             gpus = []
             for i in range(lib.nvmlDeviceGetCount()):
                 handle = lib.nvmlDeviceGetHandleByIndex(i)
-                memory = None
-                if hasattr(lib, "nvmlDeviceGetMemoryInfo"):
-                    memory = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
-                cc = None
-                if hasattr(lib, "nvmlDeviceGetCudaComputeCapability"):
-                    major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
-                    cc = f"{major}.{minor}"
+                info = _query(lib, "nvmlDeviceGetMemoryInfo", handle)
+                pair = _query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
+                brand = _query(lib, "nvmlDeviceGetBrand", handle)
                 gpus.append(
                     {
                         "name": _text(lib.nvmlDeviceGetName(handle)),
-                        "memory": memory,
-                        "cc": cc,
-                        "brand": brand_name(lib.nvmlDeviceGetBrand(handle)),
+                        "memory": int(info.total) if info is not None else None,
+                        "cc": f"{pair[0]}.{pair[1]}" if pair is not None else None,
+                        "brand": brand_name(brand) if brand is not None else None,
                     }
                 )
             return driver, gpus
@@ -152,10 +181,21 @@ def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]
         return None
 
 
-def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check]) -> Any:
+def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engine_at: str) -> Any:
     from gpulaunch.catalog import driver_rule
     from gpulaunch.image import compat
 
+    if is_remote(engine_at):
+        checks.append(
+            Check(
+                "NVML",
+                WARN,
+                f"the engine is remote ({engine_at}): this machine's driver and GPUs are not "
+                "its own",
+                "run gpulaunch doctor on the engine's machine for the driver and GPU lines",
+            )
+        )
+        return None
     found = _nvml_gpus(env)
     if found is None:
         checks.append(Check("NVML", WARN, "no NVML: no GPU driver seen on this host", NO_GPU_FIX))
@@ -180,16 +220,22 @@ def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
     from gpulaunch.image import compat
 
     image = resolved.base_image
-    for verdict in compat.driver_verdicts(resolved, host):
+    verdicts = compat.driver_verdicts(resolved, host)
+    for verdict in verdicts:  # any GPU brand refused decides, whatever the GPUs' order
         if not verdict.ok:
+            fits = [
+                f"{row.variant} (--set image.torch={row.torch} --set image.cuda={row.cuda})"
+                for row in _fitting(resolved, host)
+            ]
+            use = f", or use {'; '.join(fits)}" if fits else ""
             return Check(
                 "driver",
                 FAIL,
                 f"{verdict.driver} cannot start {image} (needs {verdict.reason}); "
                 f"the newest CUDA this driver runs is {newest}",
-                f"upgrade the driver to {verdict.needed or 'a newer branch'} or newer, or set "
-                f"image.cuda to {newest} or older (gpulaunch versions --cuda {newest})",
+                f"upgrade the driver to {verdict.needed or 'a newer branch'} or newer{use}",
             )
+    for verdict in verdicts:
         if "driver<" in verdict.reason:  # admitted only through a forward-compat branch
             return Check(
                 "driver",
@@ -200,6 +246,23 @@ def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
                 f"driver to {verdict.needed} or newer",
             )
     return Check("driver", OK, f"{host.driver} runs {image}; newest CUDA: {newest}")
+
+
+def _fitting(resolved: Any, host: Any) -> list[Any]:
+    """Up to 3 catalog builds this host can run, judged on the configured base image's rule
+    (a `python:*-slim` or other explicit base: the wheel's floor, not the nvidia/cuda image's):
+    of the configured torch when any fits, else the newest of any torch."""
+    import dataclasses
+
+    from gpulaunch.catalog import driver_rule
+    from gpulaunch.image import compat
+
+    rows = compat.matrix()
+    if driver_rule.requirement_for(resolved.base_image, None) is None:  # not nvidia/cuda, NGC
+        rows = [dataclasses.replace(row, image=resolved.base_image) for row in rows]
+    fits = compat.host_builds(host, rows)
+    same = [row for row in fits if row.torch == resolved.torch]
+    return (same or fits)[:3]
 
 
 def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | None) -> Check:
@@ -279,8 +342,10 @@ def _disk_check(info: dict[str, Any], config: Any | None, resolved: Any, host: s
     if resolved is not None and resolved.cuda is None:
         flavor = "cpu"
     need = IMAGE_GIB.get(flavor, 10)
-    if not root or not host.startswith("unix://") or not Path(root).is_dir():
-        why = "the engine is remote" if not host.startswith("unix://") else "not readable here"
+    if not info:
+        return Check("disk", WARN, "not checked: the engine did not answer", "see the engine line")
+    if not root or is_remote(host) or not Path(root).is_dir():
+        why = "the engine is remote" if is_remote(host) else "not readable here"
         return Check(
             "disk", WARN, f"free space at {root or '?'}: {why}", "check `docker system df`"
         )

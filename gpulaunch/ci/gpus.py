@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpulaunch.errors import ConfigError, EngineError
+from gpulaunch.errors import ConfigError, EngineError, GpulaunchError
 
 NO_RUNTIME_FIX = (
     "install the NVIDIA Container Toolkit (nvidia-container-toolkit), run "
@@ -53,13 +53,28 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
     return None
 
 
-def host_gpus(env: Mapping[str, str]) -> tuple[list[str], str]:
-    """GPU names NVML reports on this machine, and, when there are none, why."""
+def is_remote(host: str) -> bool:
+    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
+    return bool(host) and not host.startswith(("unix://", "npipe://"))
+
+
+def engine_host(engine: Any, env: Mapping[str, str]) -> str:
+    """The engine's address as the engine seam resolves it (DOCKER_HOST, else the docker
+    context); DOCKER_HOST alone when the context cannot be read."""
+    try:
+        return str(engine.host)
+    except GpulaunchError:
+        return env.get("DOCKER_HOST", "")
+
+
+def host_gpus(env: Mapping[str, str], host: str | None = None) -> tuple[list[str], str]:
+    """GPU names NVML reports on this machine, and, when there are none, why. `host`: the
+    engine's address (default: DOCKER_HOST)."""
     from gpulaunch.image import compat
 
-    host = env.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        return [], f"the engine is remote (DOCKER_HOST={host}); its GPUs are not visible here"
+    host = env.get("DOCKER_HOST", "") if host is None else host
+    if is_remote(host):
+        return [], f"the engine is remote ({host}); its GPUs are not visible here"
     info = compat.probe(env)
     if info is None:
         return [], "NVML found no driver (no nvidia-ml-py, no NVIDIA driver, or no GPU)"
@@ -77,13 +92,14 @@ def choose_gpus(engine: Any, job: Any, opts: Any, env: Mapping[str, str]) -> tup
     CPU runner pays nothing. A remote engine's GPUs are taken on the probe's word."""
     image = str(job.plan.run.image)
     project = str(job.spec.cfg.name)
-    remote = bool(env.get("DOCKER_HOST", "")) and not env["DOCKER_HOST"].startswith("unix://")
+    where = engine_host(engine, env)
+    remote = is_remote(where)
     cpu_image = _cpu_build(job)
     if opts.require_gpu:
         why = runtime_error(engine, image, project)
         if why is not None:
             raise EngineError(f"--require-gpu: {why}", hint=NO_RUNTIME_FIX)
-        names, no_gpu = host_gpus(env)
+        names, no_gpu = host_gpus(env, where)
         if not names and not remote:
             raise EngineError(f"--require-gpu: no GPU on this host: {no_gpu}", hint=NO_GPU_FIX)
         if cpu_image:
@@ -94,7 +110,7 @@ def choose_gpus(engine: Any, job: Any, opts: Any, env: Mapping[str, str]) -> tup
         return ("all" if opts.gpus == "auto" else opts.gpus), None
     if cpu_image:
         return "0", "the image is a CPU build (image.cuda: cpu)"
-    names, no_gpu = host_gpus(env)
+    names, no_gpu = host_gpus(env, where)
     if not names and not remote:
         return "0", f"no GPU: {no_gpu}"
     why = runtime_error(engine, image, project)

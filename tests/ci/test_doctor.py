@@ -79,7 +79,10 @@ def test_driver_470_cannot_run_a_cuda_12_4_wheel(monkeypatch: pytest.MonkeyPatch
     assert driver.status == "fail"
     assert "470.239.06 cannot start python:3.11-slim-bookworm" in driver.detail
     assert "the newest CUDA this driver runs is 11.4" in driver.detail
-    assert "set image.cuda to 11.4 or older" in driver.fix
+    # on this base only the wheel's floor applies: CUDA 11 wheels (>= 450.80.02) run on 470
+    assert driver.fix.startswith("upgrade the driver to 525.60.13 or newer, or use cu118 ")
+    assert "--set image.torch=2.4.1 --set image.cuda=11.8" in driver.fix
+    assert "cu121" not in driver.fix and "cu124" not in driver.fix
 
 
 def test_driver_470_on_the_cuda_12_4_image_only_by_forward_compat(
@@ -131,3 +134,70 @@ def test_cli_json_and_table_carry_the_same_lines(
     assert as_json.exit_code == 1 and table.exit_code == 1  # the engine line is ✗
     checks = assert_doctor_table_matches_json(as_json.stdout, table.stdout)
     assert checks[0]["name"] == "engine" and checks[0]["status"] == "fail"
+
+
+def test_a_refused_memory_query_keeps_the_driver_and_gpu_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not Supported on unified-memory parts: one refused query is not 'no driver'."""
+    install(monkeypatch, FakeNvml(driver="570.124.06", failing=["nvmlDeviceGetMemoryInfo"]))
+    report = run_doctor(FakeEngine(), _config(torch="2.4.1", cuda="12.4"), {})
+    assert _line(report, "NVML").status == "ok" and "570.124.06" in _line(report, "NVML").detail
+    assert _line(report, "driver").status == "ok"
+    gpu = _line(report, "GPU 0")
+    assert gpu.status == "ok" and "GiB" not in gpu.detail  # memory unknown, the rest known
+
+
+@pytest.mark.parametrize("order", ["datacenter first", "geforce first"])
+def test_a_mixed_host_fails_on_the_refused_brand_whatever_the_order(
+    monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Driver 550 with CUDA 12.6: the A100 only by forward compat, the GeForce not at all."""
+    a100 = FakeGpu("GPU-a", "0000:01:00.0", name="NVIDIA A100-SXM4-40GB", brand=2)
+    rtx = FakeGpu("GPU-g", "0000:02:00.0", name="NVIDIA GeForce RTX 4090", brand=5)
+    pair = [a100, rtx] if order == "datacenter first" else [rtx, a100]
+    install(monkeypatch, FakeNvml(pair, driver="550.54.15"))
+    driver = _line(run_doctor(FakeEngine(), _config(torch="2.6.0", cuda="12.6"), {}), "driver")
+    assert driver.status == "fail", driver
+    assert "cu124 (--set image.torch=2.6.0 --set image.cuda=12.4)" in driver.fix  # native fit
+
+
+def test_a_remote_engine_gets_no_verdict_from_this_machines_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install(monkeypatch, FakeNvml(driver="470.239.06"))
+    engine = FakeEngine()
+    engine.host = "tcp://gpubox:2376"  # from DOCKER_HOST or the docker context alike
+    report = run_doctor(engine, _config(torch="2.4.1", cuda="12.4"), {})
+    nvml = _line(report, "NVML")
+    assert nvml.status == "warn" and "remote (tcp://gpubox:2376)" in nvml.detail
+    assert "engine's machine" in nvml.fix
+    assert not [c for c in report.checks if c.name == "driver" or c.name.startswith("GPU ")]
+
+
+def test_no_gpu_runtime_is_a_warning_where_no_gpu_is_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    no_runtime = FakeEngine(runtime=False)
+    cpu = run_doctor(no_runtime, _config(torch="2.4.1", cuda="cpu"), {})  # CPU image
+    runtime = _line(cpu, "NVIDIA runtime")
+    assert runtime.status == "warn" and "the image is a CPU build" in runtime.detail
+    assert runtime.fix  # still says how, for a later GPU run
+    no_gpu = _line(
+        run_doctor(no_runtime, _config(torch="2.4.1", cuda="12.4"), {}), "NVIDIA runtime"
+    )
+    assert no_gpu.status == "warn" and "no GPU seen on this host" in no_gpu.detail
+    install(monkeypatch, FakeNvml(driver="570.124.06"))  # a GPU box without the toolkit: ✗
+    gpu_box = run_doctor(no_runtime, _config(torch="2.4.1", cuda="12.4"), {})
+    assert _line(gpu_box, "NVIDIA runtime").status == "fail" and gpu_box.failed
+
+
+def test_an_unreadable_docker_context_is_the_engine_line(tmp_path: Path) -> None:
+    from gpulaunch.engine.docker_api import Engine
+
+    engine = Engine({"DOCKER_CONTEXT": "nope", "DOCKER_CONFIG": str(tmp_path), "PATH": ""})
+    report = run_doctor(engine, None, {})
+    line = _line(report, "engine")
+    assert line.status == "fail" and "docker context" in line.fix
+    assert report.failed and _line(report, "shared memory")  # the other lines still come
+    assert _line(report, "disk").detail == "not checked: the engine did not answer"

@@ -30,8 +30,9 @@ launch: {gpus: 0}
 class FakeEngine:
     """create_container either refuses like an engine without the NVIDIA runtime or starts."""
 
-    def __init__(self, runtime: bool) -> None:
+    def __init__(self, runtime: bool, host: str = "unix:///var/run/docker.sock") -> None:
         self.runtime = runtime
+        self.host = host  # as Engine.host resolves it (DOCKER_HOST, else the docker context)
         self.created: list[dict[str, Any]] = []
         self.discarded: list[Any] = []
 
@@ -283,3 +284,14 @@ def test_clock_thread_is_daemon() -> None:
     timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
     assert timers and all(t.daemon for t in timers)
     clock.finished(None)  # type: ignore[arg-type]
+
+
+def test_a_remote_engine_from_the_docker_context_is_probed_not_judged_here() -> None:
+    """No DOCKER_HOST, the context points at tcp://: this machine has no GPU, the engine's
+    machine may; the probe decides (auto) and --require-gpu passes on its word."""
+    engine = FakeEngine(runtime=True, host="tcp://gpubox:2376")
+    assert _choose(engine) == ("all", None) and len(engine.created) == 1
+    assert _choose(FakeEngine(runtime=True, host="tcp://gpubox:2376"), require=True) == (
+        "all",
+        None,
+    )
