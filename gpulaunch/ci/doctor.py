@@ -53,9 +53,9 @@ def run_doctor(engine: Any, config: Any | None, env: Mapping[str, str] | None = 
     checks: list[Check] = []
     facts = _engine_checks(engine, config, checks)
     resolved = _resolve(config, checks)
-    found = _gpu_checks(resolved, environ, checks, host)
-    if not (found and found[1]) or (resolved is not None and resolved.cuda is None):
-        _runtime_not_needed(checks, resolved)
+    _gpu_checks(resolved, environ, checks, host)
+    if resolved is not None and resolved.cuda is None:
+        _runtime_not_needed(checks)
     checks.append(_shm_check())
     checks.append(_disk_check(facts, config, resolved, host))
     checks.append(_numa_check(environ))
@@ -125,16 +125,13 @@ def _resolve(config: Any | None, checks: list[Check]) -> Any:
         return None
 
 
-def _runtime_not_needed(checks: list[Check], resolved: Any) -> None:
-    """No GPU here, or a CPU image: a missing GPU runtime is a warning, not a failure."""
-    why = (
-        "the image is a CPU build"
-        if resolved is not None and resolved.cuda is None
-        else ("no GPU seen on this host")
-    )
+def _runtime_not_needed(checks: list[Check]) -> None:
+    """A project with a CPU image: a missing GPU runtime is a warning, not a failure. (With no
+    project, or a CUDA image, it stays a failure even where NVML sees no GPU: that is what a
+    GPU box whose driver or toolkit broke looks like.)"""
     for i, check in enumerate(checks):
         if check.name == "NVIDIA runtime" and check.status == FAIL:
-            detail = f"{check.detail} ({why}: needed only for GPU runs)"
+            detail = f"{check.detail} (the image is a CPU build: needed only for GPU runs)"
             checks[i] = Check(check.name, WARN, detail, check.fix)
 
 

@@ -175,21 +175,15 @@ def test_a_remote_engine_gets_no_verdict_from_this_machines_gpus(
     assert not [c for c in report.checks if c.name == "driver" or c.name.startswith("GPU ")]
 
 
-def test_no_gpu_runtime_is_a_warning_where_no_gpu_is_needed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_no_gpu_runtime_is_a_warning_for_a_cpu_image(monkeypatch: pytest.MonkeyPatch) -> None:
     no_runtime = FakeEngine(runtime=False)
     cpu = run_doctor(no_runtime, _config(torch="2.4.1", cuda="cpu"), {})  # CPU image
     runtime = _line(cpu, "NVIDIA runtime")
     assert runtime.status == "warn" and "the image is a CPU build" in runtime.detail
-    assert runtime.fix  # still says how, for a later GPU run
-    no_gpu = _line(
-        run_doctor(no_runtime, _config(torch="2.4.1", cuda="12.4"), {}), "NVIDIA runtime"
-    )
-    assert no_gpu.status == "warn" and "no GPU seen on this host" in no_gpu.detail
-    install(monkeypatch, FakeNvml(driver="570.124.06"))  # a GPU box without the toolkit: ✗
-    gpu_box = run_doctor(no_runtime, _config(torch="2.4.1", cuda="12.4"), {})
-    assert _line(gpu_box, "NVIDIA runtime").status == "fail" and gpu_box.failed
+    assert runtime.fix and not cpu.failed  # still says how, for a later GPU run
+    # a CUDA image: ✗ even where NVML sees no GPU (a GPU box whose driver broke looks so)
+    cuda = run_doctor(no_runtime, _config(torch="2.4.1", cuda="12.4"), {})
+    assert _line(cuda, "NVIDIA runtime").status == "fail" and cuda.failed
 
 
 def test_an_unreadable_docker_context_is_the_engine_line(tmp_path: Path) -> None:
