@@ -40,6 +40,10 @@ def main() -> None:
         f"rank {rank}/{world} all_reduce={value.item():.0f} expected={expected:.0f} "
         f"steps={STEPS} ok"
     )
+    # every rank is done before any tears the group down: a rank that destroys it while a
+    # peer's last gloo work is in flight can abort both ("terminate called without an
+    # active exception", exit -6)
+    dist.barrier()
     dist.destroy_process_group()
 
 
