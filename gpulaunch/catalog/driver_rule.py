@@ -79,6 +79,11 @@ class Verdict:
     needed: str | None  # driver every brand can use
     reason: str  # one line: which alternative admitted the host, or what it lacks
 
+    @property
+    def forward(self) -> bool:
+        """Admitted only through a forward-compatibility branch (`...,driver<M`)."""
+        return self.ok and "driver<" in self.reason
+
 
 def _brands_of(alt: tuple[Condition, ...]) -> list[str]:
     return [c.value for c in alt if c.key == "brand"]

@@ -135,21 +135,6 @@ def _runtime_not_needed(checks: list[Check]) -> None:
             checks[i] = Check(check.name, WARN, detail, check.fix)
 
 
-def _query(lib: Any, name: str, *args: Any) -> Any:
-    """One NVML query that may be refused for one GPU (Not Supported on unified-memory parts,
-    old bindings): None then, and the other lines still come."""
-    fn = getattr(lib, name, None)
-    if fn is None:
-        return None
-    refused = getattr(lib, "NVMLError", None)
-    try:
-        return fn(*args)
-    except Exception as err:
-        if isinstance(refused, type) and isinstance(err, refused):
-            return None
-        raise
-
-
 def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]] | None:
     from gpulaunch.catalog.driver_rule import brand_name
     from gpulaunch.engine import nvml
@@ -162,9 +147,9 @@ def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]
             gpus = []
             for i in range(lib.nvmlDeviceGetCount()):
                 handle = lib.nvmlDeviceGetHandleByIndex(i)
-                info = _query(lib, "nvmlDeviceGetMemoryInfo", handle)
-                pair = _query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
-                brand = _query(lib, "nvmlDeviceGetBrand", handle)
+                info = nvml.query(lib, "nvmlDeviceGetMemoryInfo", handle)
+                pair = nvml.query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
+                brand = nvml.query(lib, "nvmlDeviceGetBrand", handle)
                 gpus.append(
                     {
                         "name": _text(lib.nvmlDeviceGetName(handle)),
@@ -233,7 +218,7 @@ def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
                 f"upgrade the driver to {verdict.needed or 'a newer branch'} or newer{use}",
             )
     for verdict in verdicts:
-        if "driver<" in verdict.reason:  # admitted only through a forward-compat branch
+        if verdict.forward:
             return Check(
                 "driver",
                 WARN,

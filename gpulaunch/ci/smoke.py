@@ -163,14 +163,17 @@ class _Clock:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.stop = StopRequest()
-        self.expired = False
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self._timer: threading.Timer | None = None
 
     def _expire(self) -> None:
-        self.expired = True
         self.stop.set()
+
+    @property
+    def expired(self) -> bool:
+        """The timeout ran out (whether or not a job was still there to stop)."""
+        return self.stop.is_set()
 
     @property
     def timed_out(self) -> bool:

@@ -20,6 +20,22 @@ class NvmlError(GpulaunchError):
     """
 
 
+def query(lib: Any, name: str, *args: Any) -> Any:
+    """One NVML query that may be missing (older bindings) or refused for one GPU (Not
+    Supported, e.g. memory on unified-memory parts): None then, so the caller's other queries
+    still answer. Any other exception propagates."""
+    fn = getattr(lib, name, None)
+    if fn is None:
+        return None
+    refused = getattr(lib, "NVMLError", None)
+    try:
+        return fn(*args)
+    except Exception as err:
+        if isinstance(refused, type) and isinstance(err, refused):
+            return None
+        raise
+
+
 @contextlib.contextmanager
 def session(env: Mapping[str, str]) -> Iterator[Any]:
     """The initialized pynvml module, shut down afterwards; None when it is not installed,

@@ -145,11 +145,16 @@ class HostGpus:
     brands: tuple[str | None, ...] = ()  # per GPU, as NVIDIA_REQUIRE_CUDA spells it
     ccs: tuple[str | None, ...] = ()  # per GPU from NVML; None: by product name (catalog)
 
+    def capability(self, index: int) -> str | None:
+        """GPU `index`'s compute capability: NVML's, else the catalog's by product name."""
+        nvml_cc = self.ccs[index] if index < len(self.ccs) else None
+        return nvml_cc or gpu_compute_capability(self.names[index])
+
     def capabilities(self) -> list[str]:
-        """The GPUs' distinct compute capabilities: NVML's, else the catalog's by name."""
+        """The GPUs' distinct compute capabilities (`capability` of each)."""
         out: list[str] = []
-        for i, name in enumerate(self.names):
-            cc = (self.ccs[i] if i < len(self.ccs) else None) or gpu_compute_capability(name)
+        for i in range(len(self.names)):
+            cc = self.capability(i)
             if cc and cc not in out:
                 out.append(cc)
         return out
@@ -158,7 +163,7 @@ class HostGpus:
         """One phrase: `driver 550.54.15, 2x NVIDIA H100 80GB HBM3 (sm_90)`."""
         counts: dict[str, int] = {}
         for i, name in enumerate(self.names):
-            cc = (self.ccs[i] if i < len(self.ccs) else None) or gpu_compute_capability(name)
+            cc = self.capability(i)
             label = f"{name} (sm_{cc.replace('.', '')})" if cc else name
             counts[label] = counts.get(label, 0) + 1
         gpus = ", ".join(f"{n}x {label}" for label, n in counts.items())
@@ -187,17 +192,8 @@ def probe(env: Mapping[str, str]) -> HostGpus | None:
 def _nvml_cc(lib: Any, handle: Any) -> str | None:
     """NVML's compute capability of one GPU; None when the bindings predate the query or the
     driver refuses it (the catalog's name table answers instead)."""
-    query = getattr(lib, "nvmlDeviceGetCudaComputeCapability", None)
-    if query is None:
-        return None
-    refused = getattr(lib, "NVMLError", None)
-    try:
-        major, minor = query(handle)
-    except Exception as err:
-        if isinstance(refused, type) and isinstance(err, refused):
-            return None
-        raise
-    return f"{major}.{minor}"
+    pair = nvml.query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
+    return f"{pair[0]}.{pair[1]}" if pair is not None else None
 
 
 def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list[MatrixRow]:
@@ -223,7 +219,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
         verdicts = [driver_rule.host_can_run(rule, host.driver, b) for b in brands] if rule else []
         if not verdicts or not all(v.ok for v in verdicts):
             continue
-        (forward if any("driver<" in v.reason for v in verdicts) else native).append(row)
+        (forward if any(v.forward for v in verdicts) else native).append(row)
 
     def newest(row: MatrixRow) -> tuple[Version, tuple[int, ...]]:
         return Version(row.torch), _vt(row.cuda or "0")
@@ -267,9 +263,8 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
     if resolved.cuda is None:
         return  # a CPU build runs no kernels on the GPUs it is given: no arch to check
     seen: dict[tuple[str, str | None], None] = {}
-    for i in indices:  # NVML's compute capability, else the catalog's by product name
-        cc = (host.ccs[i] if i < len(host.ccs) else None) or gpu_compute_capability(host.names[i])
-        seen[(host.names[i], cc)] = None
+    for i in indices:
+        seen[(host.names[i], host.capability(i))] = None
     for name, cc in seen:
         if cc and not supports_arch(resolved, cc):
             archs = " ".join(resolved.cuda_archs) or "its toolkit"
