@@ -185,3 +185,49 @@ def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[Tex
     os.set_blocking(out, True)
     with os.fdopen(out, "w", encoding="utf-8", errors="replace", newline="\n") as fh:
         yield fh
+
+
+# -- caches: speed only, never trusted --------------------------------------------------
+CACHE_LIMIT = 4 * 1024 * 1024
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/gpulaunch, else ~/.cache/gpulaunch (the XDG default)."""
+    value = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(value) if os.path.isabs(value) else Path.home() / ".cache") / "gpulaunch"
+
+
+def read_cache(path: Path, limit: int = CACHE_LIMIT) -> object:
+    """A cache file's JSON, or None when it is missing, a link, not a regular file, too big
+    or not JSON: a cache only saves work, so any doubt means recomputing. The caller still
+    checks the shape of what it gets."""
+    import json
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def write_cache(path: Path, data: object, *, root: Path) -> None:
+    """Write a cache file through the safe writer; a failure is ignored (the next run
+    recomputes). Never called by --dry-run."""
+    import json
+
+    with contextlib.suppress(ConfigError, OSError, ValueError, TypeError):
+        write_file(path, json.dumps(data, sort_keys=True), root=root, force=True, mode=0o600)

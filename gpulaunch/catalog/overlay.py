@@ -52,8 +52,9 @@ def config_home() -> Path:
 
 def cache_home() -> Path:
     """$XDG_CACHE_HOME, else ~/.cache."""
-    value = os.environ.get("XDG_CACHE_HOME", "")
-    return Path(value) if os.path.isabs(value) else Path.home() / ".cache"
+    from gpulaunch.fsio import cache_dir
+
+    return cache_dir().parent
 
 
 def overlay_dir() -> Path:

@@ -73,6 +73,7 @@ class Engine:
         self.env = dict(os.environ if env is None else env)
         self._client: Any = None
         self._cli: DockerCli | bool | None = False  # False = not probed yet
+        self._identity: str | None = None
 
     # -- connection -------------------------------------------------------------------
     @property
@@ -89,8 +90,9 @@ class Engine:
 
             client = None
             try:
+                # version=None asks the engine's /version: that answer is the reachability
+                # check (a separate /_ping would be one more round trip on every command)
                 client = docker.DockerClient(base_url=self.host, timeout=PING_TIMEOUT_S)
-                client.ping()
             except (DockerException, requests.RequestException) as err:
                 if client is not None:
                     client.close()
@@ -103,6 +105,30 @@ class Engine:
             client.api.timeout = API_TIMEOUT_S
             self._client = client
         return self._client
+
+    def identity(self) -> str:
+        """Which engine this is, for caches of what it can do: its ID, version and kernel."""
+        from docker.errors import DockerException
+
+        if self._identity is None:
+            try:
+                info = self.client().info()
+            except DockerException as err:
+                raise EngineError(f"cannot read the engine's info: {_short(err)}") from None
+            parts = (info.get("ID"), info.get("ServerVersion"), info.get("KernelVersion"))
+            self._identity = "|".join(str(p) for p in parts)[:400]
+        return self._identity
+
+    def refused_ulimits(self) -> set[str]:
+        """The ulimits this engine refused on an earlier run (remembered for a day)."""
+        from gpulaunch.engine.capabilities import refused_ulimits
+
+        return refused_ulimits(self.identity())
+
+    def remember_refused_ulimit(self, name: str) -> None:
+        from gpulaunch.engine.capabilities import remember_refused_ulimit
+
+        remember_refused_ulimit(self.identity(), name)
 
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""

@@ -94,17 +94,24 @@ def start(
             for stream in ("stdout", "stderr"):
                 attached[stream] = attach_output(container, stream)
 
+    def drop(name: str) -> None:
+        del plan.ulimits[name]
+        warn(
+            f"warning: the engine refused ulimit {name} (its own limit is lower); "
+            f"running with its default. InfiniBand/GPUDirect need {name}=-1"
+        )
+
+    if plan.ulimits:  # what this engine refused before is not asked again (one create)
+        for name in sorted(engine.refused_ulimits() & set(plan.ulimits)):
+            drop(name)
     while True:
         try:
             return engine.create_container(sdk_kwargs(plan), before_start=attach)
         except RlimitRefused as err:
             if err.rlimit not in plan.ulimits:
                 raise
-            del plan.ulimits[err.rlimit]
-            warn(
-                f"warning: the engine refused ulimit {err.rlimit} (its own limit is lower); "
-                f"running with its default. InfiniBand/GPUDirect need {err.rlimit}=-1"
-            )
+            engine.remember_refused_ulimit(err.rlimit)
+            drop(err.rlimit)
 
 
 def supervise(
@@ -142,6 +149,7 @@ def supervise(
                 exit_box["error"] = err
             finally:
                 finished.set()
+                stopper.event.set()  # wake the loop now, not at its next 0.2 s tick
 
         streamed = [threading.Event(), threading.Event()]
         for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):

@@ -70,9 +70,16 @@ class FakeEngine:
         self.discarded: list[Any] = []
         self.leftover: Any = None
         self.networks = {"bridge", "host", "none"}
+        self.remembered: set[str] = set()  # the engine's capability cache, in memory
 
     def network_names(self) -> set[str]:
         return set(self.networks)
+
+    def refused_ulimits(self) -> set[str]:
+        return set(self.remembered)
+
+    def remember_refused_ulimit(self, name: str) -> None:
+        self.remembered.add(name)
 
     def create_container(self, kwargs: dict[str, Any], before_start: Any = None) -> FakeContainer:
         self.created.append(kwargs)
@@ -301,6 +308,22 @@ def test_a_refused_memlock_is_dropped_with_a_warning_and_the_job_runs() -> None:
     limits = [[u["Name"] for u in kw.get("ulimits") or []] for kw in engine.created]
     assert "memlock" in limits[0] and "memlock" not in limits[1], limits
     assert "stack" in limits[1]  # only the refused limit went
+    assert cap.warnings == [
+        "warning: the engine refused ulimit memlock (its own limit is lower); running with its "
+        "default. InfiniBand/GPUDirect need memlock=-1"
+    ]
+
+
+def test_a_refusal_is_remembered_and_the_next_run_creates_once_with_the_same_warning() -> None:
+    container = FakeContainer(obeys_sigterm=True, code=0)
+    engine = FakeEngine(container, refuse=["memlock"])
+    _supervise(engine, _plan())
+    assert engine.remembered == {"memlock"} and len(engine.created) == 2
+    engine.created.clear()
+    code, cap = _supervise(engine, _plan())  # the engine still refuses; it is not asked
+    assert code == 0
+    assert len(engine.created) == 1, "created twice although the refusal was known"
+    assert [u["Name"] for u in engine.created[0]["ulimits"]] == ["stack"]
     assert cap.warnings == [
         "warning: the engine refused ulimit memlock (its own limit is lower); running with its "
         "default. InfiniBand/GPUDirect need memlock=-1"
