@@ -163,6 +163,12 @@ class Engine:
         env["DOCKER_BUILDKIT"] = "1"
         return env
 
+    def builder_key(self) -> tuple[object, ...]:
+        """What `builder_kind` depends on, without probing (for the tag cache's key)."""
+        from gpulaunch.engine.replies import cli_key
+
+        return cli_key(self._cli_env())
+
     def builder_kind(self) -> Builder:
         return "buildkit" if self.docker_cli() is not None else "classic"
 

@@ -59,6 +59,14 @@ def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
     """The docker CLI a build uses, from GPULAUNCH_BUILDER, GPULAUNCH_DOCKER_CLI and PATH."""
     if env.get("GPULAUNCH_BUILDER") == "classic":
         return None
+    candidates = _candidates(env)
+    key = cli_key(env, candidates)
+    if key not in _PROBED:
+        _PROBED[key] = _probe(candidates, _probe_env(env))
+    return _PROBED[key]
+
+
+def _candidates(env: Mapping[str, str]) -> list[str]:
     candidates: list[str] = []
     explicit = env.get("GPULAUNCH_DOCKER_CLI")
     if explicit:
@@ -67,10 +75,19 @@ def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
         found = Path(directory) / "docker"
         if _is_executable(found) and str(found) not in candidates:
             candidates.append(str(found))
-    key = (tuple(_file_key(path) for path in candidates), env.get("DOCKER_CONFIG"))
-    if key not in _PROBED:
-        _PROBED[key] = _probe(candidates, _probe_env(env))
-    return _PROBED[key]
+    return candidates
+
+
+def cli_key(env: Mapping[str, str], candidates: list[str] | None = None) -> tuple[object, ...]:
+    """What the probe's answer depends on (each candidate's path and file identity,
+    DOCKER_CONFIG, GPULAUNCH_BUILDER): equal keys, equal answers, so it can key caches."""
+    if candidates is None:
+        candidates = _candidates(env)
+    return (
+        tuple(_file_key(path) for path in candidates),
+        env.get("DOCKER_CONFIG"),
+        env.get("GPULAUNCH_BUILDER"),
+    )
 
 
 def _probe(candidates: list[str], env: dict[str, str]) -> DockerCli | None:

@@ -100,11 +100,17 @@ def read_dockerignore(project: Path) -> str:
 
     Read without following a link; a folder, a link or a non-text file is a usage error.
     """
+    text = _user_dockerignore(project)
+    return render_dockerignore() if text is None else text
+
+
+def _user_dockerignore(project: Path) -> str | None:
+    """The project's own .dockerignore text, or None where there is none."""
     path = project / ".dockerignore"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        return render_dockerignore()
+        return None
     except OSError as err:
         reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ConfigError(f"{path}: cannot read: {reason}") from None
@@ -157,12 +163,7 @@ def prepare_build(
     dockerfile = render_dockerfile(plan)
     ignore = read_dockerignore(project)
     args = build_args()
-    never = []
-    if opts.config_file is not None:
-        config_file = opts.config_file.resolve()
-        if config_file.is_relative_to(project.resolve()):
-            never.append(config_file.relative_to(project.resolve()).as_posix())
-    never += _checkpoints_in(config, project)
+    never = _never_sent(config, project, opts)
     user_rules = parse_rules(ignore, str(project / ".dockerignore"))
     rules = effective_rules(user_rules, plan.required, never)
     entries = scan(project, rules)
@@ -187,6 +188,16 @@ def prepare_build(
         ignore_rules=tuple(rule.text() for rule in rules),
     )
     return PreparedBuild(plan, dockerfile, request, tag)
+
+
+def _never_sent(config: ProjectConfig, project: Path, opts: BuildOptions) -> list[str]:
+    """Project paths kept out of the context whatever the rules: --config's file, checkpoints."""
+    never = []
+    if opts.config_file is not None:
+        config_file = opts.config_file.resolve()
+        if config_file.is_relative_to(project.resolve()):
+            never.append(config_file.relative_to(project.resolve()).as_posix())
+    return never + _checkpoints_in(config, project)
 
 
 def _checkpoints_in(config: ProjectConfig, project: Path) -> list[str]:
@@ -229,10 +240,27 @@ def run_build(
     opts: BuildOptions,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> BuildOutcome:
+    from gpulaunch.image import tagcache
+
+    cache_key = None
+    if not (opts.rebuild or opts.no_cache):
+        cache_key = _cache_key(config, project, engine, opts)
+        hit = tagcache.lookup(project, cache_key, config.name) if cache_key else None
+        if hit is not None and engine.image_exists(hit.tag):  # nothing rendered or hashed
+            engine.tag(hit.tag, f"{config.name}:latest")
+            return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
     builder: Builder = opts.builder or engine.builder_kind()
+    hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
+
+    def remember() -> None:
+        if cache_key:
+            ignore, never = read_dockerignore(project), _never_sent(config, project, opts)
+            tagcache.store(project, cache_key, prepared, ignore, never, hashed_at)
+
     if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")
+        remember()
         return BuildOutcome(prepared.tag, True, builder, prepared.dockerfile, plan=prepared.plan)
 
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -264,4 +292,26 @@ def run_build(
             ) from err
     if previous is not None:
         engine.remove_if_dangling(previous)
+    remember()
     return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)
+
+
+def _cache_key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:
+    """The tag cache's key ("" when the project's .dockerignore is unreadable: no cache,
+    and prepare_build reports the problem)."""
+    from gpulaunch.image import tagcache
+
+    try:
+        ignore = _user_dockerignore(project)
+    except ConfigError:
+        return ""
+    key_of_builder = () if opts.builder else engine.builder_key()
+    return tagcache.key(
+        config,
+        project,
+        opts.builder,
+        key_of_builder,
+        "\0default" if ignore is None else ignore,
+        build_args(),
+        opts.config_file,
+    )

@@ -245,6 +245,9 @@ class _FakeEngine:
     def builder_kind(self) -> str:
         return "classic"
 
+    def builder_key(self) -> tuple[object, ...]:
+        return ("classic",)
+
     def image_exists(self, ref: str) -> bool:
         return False
 

@@ -1,0 +1,189 @@
+"""The up-to-date check without rendering or hashing: the last computed tag, kept with what
+it was computed from, in .gpulaunch/tag-cache.json (never sent to the engine).
+
+`prepare_build` (catalog, render, hash of every context file) is what a run with nothing
+changed spends most of its time on. This cache keeps, for one key, the tag it produced and
+the stat of every entry that went into the hash. The key is a hash of everything else the
+tag depends on: gpulaunch's version and the stat of its own files (code, catalog, templates),
+the user's catalog overlays, the validated config (with --set), the builder choice (and the
+docker CLIs it is probed from), the .dockerignore text, the build args, --config and the
+GPULAUNCH_* environment. A hit also re-scans the context with the same rules and compares
+each entry's (kind, mode, size, mtime, ctime, inode): any file added, removed or rewritten
+misses. An entry changed within RACY_S of the hash is never cached (a change inside the
+timestamp granularity would be invisible). A missing or corrupt file, a linked one, or one
+whose tag is not this project's `NAME:gl-<12 hex>` is a miss. (Whoever can write the
+project's .gpulaunch/ can also edit its sources: the cache adds no way in.)
+Only `run_build` reads and writes it; --dry-run does neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpulaunch import __version__
+from gpulaunch.engine.context import effective_rules, parse_rules, scan
+from gpulaunch.fsio import read_cache, write_cache
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProjectConfig
+    from gpulaunch.engine.context import Entry
+    from gpulaunch.image.render import ImagePlan
+
+CACHE_REL = ".gpulaunch/tag-cache.json"
+RACY_S = 2.0
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    tag: str
+    builder: str
+    dockerfile: str
+    plan: ImagePlan
+
+
+def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
+    out: list[tuple[str, int, int]] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            out.append((os.path.join(folder, name), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def key(
+    config: ProjectConfig,
+    project: Path,
+    builder: str | None,
+    builder_key: tuple[object, ...],
+    ignore: str,
+    args: dict[str, str],
+    config_file: Path | None,
+) -> str:
+    """Everything but the context entries that the tag depends on, hashed."""
+    from gpulaunch.catalog.overlay import overlay_paths
+    from gpulaunch.image.render import template_root
+
+    overlays = []
+    for path in overlay_paths():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        overlays.append((str(path), st.st_size, st.st_mtime_ns, st.st_ino))
+    facts = {
+        "v": __version__,
+        "package": _tree_stat(_PACKAGE),
+        "templates": _tree_stat(template_root()),
+        "overlays": overlays,
+        "config": config.model_dump(mode="json"),
+        "project": os.path.abspath(project),
+        "builder": builder or "auto",
+        "builder_key": repr(builder_key),
+        "ignore": ignore,
+        "args": args,
+        "config_file": str(config_file.resolve()) if config_file is not None else None,
+        "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("GPULAUNCH_")),
+    }
+    text = json.dumps(facts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stats(project: Path, entries: Sequence[Entry]) -> list[list[Any]] | None:
+    out: list[list[Any]] = []
+    for entry in entries:
+        try:
+            st = os.lstat(project / entry.rel) if entry.rel != "." else os.lstat(project)
+        except OSError:
+            return None
+        out.append(
+            [entry.rel, str(entry.kind), entry.mode, entry.link, st.st_mode, st.st_size,
+             st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        )  # fmt: skip
+    return out
+
+
+def _rules(ignore: str, project: Path, required: Sequence[str], never: Sequence[str]) -> Any:
+    return effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required, never)
+
+
+def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
+    """The cached tag when the key and every context entry's stat are what they were."""
+    from gpulaunch.image.render import ImagePlan
+    from gpulaunch.image.request import ResolvedImage
+
+    try:  # a linked .gpulaunch is not followed, for reading either
+        if not stat.S_ISDIR(os.lstat(project / ".gpulaunch").st_mode):
+            return None
+    except OSError:
+        return None
+    data = read_cache(project / CACHE_REL)
+    if not isinstance(data, dict) or data.get("key") != cache_key:
+        return None
+    try:
+        tag, builder, dockerfile = data["tag"], data["builder"], data["dockerfile"]
+        required, never, ignore = data["required"], data["never"], data["ignore"]
+        if not (
+            isinstance(tag, str)
+            and re.fullmatch(re.escape(name) + r":gl-[0-9a-f]{12}", tag)
+            and builder in ("buildkit", "classic")
+            and isinstance(dockerfile, str)
+            and isinstance(ignore, str)
+            and all(isinstance(x, str) for x in [*required, *never])
+        ):
+            return None
+        entries = scan(project, _rules(ignore, project, required, never))
+        if _stats(project, entries) != data["entries"]:
+            return None
+        resolved = ResolvedImage(**data["resolved"])
+        resolved = dataclasses.replace(
+            resolved,
+            cuda_archs=tuple(resolved.cuda_archs),
+            warnings=tuple(resolved.warnings),
+        )
+    except (KeyError, TypeError, ValueError, OSError):
+        return None
+    plan = ImagePlan(name, resolved, builder, {}, tuple(required))  # no template context
+    return Hit(tag, builder, dockerfile, plan)
+
+
+def store(
+    project: Path,
+    cache_key: str,
+    prepared: Any,
+    ignore: str,
+    never: Sequence[str],
+    hashed_at: float,
+) -> None:
+    """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell."""
+    entries = list(prepared.request.entries)
+    stats = _stats(project, entries)
+    if stats is None:
+        return
+    limit = int((hashed_at - RACY_S) * 1e9)
+    if any(s[6] >= limit or s[7] >= limit for s in stats):
+        return
+    data = {
+        "key": cache_key,
+        "tag": prepared.tag,
+        "builder": prepared.plan.builder,
+        "dockerfile": prepared.dockerfile,
+        "required": list(prepared.plan.required),
+        "never": list(never),
+        "ignore": ignore,
+        "entries": stats,
+        "resolved": dataclasses.asdict(prepared.plan.resolved),
+    }
+    write_cache(project / CACHE_REL, data, root=project)
