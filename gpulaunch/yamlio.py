@@ -102,8 +102,44 @@ def _tab_at(text: str, mark: Any) -> bool:
     return "\t" in line[: mark.column + 1]
 
 
-def parse_yaml_text(text: str, source: str) -> Any:
-    """Parse YAML text into plain data; every failure is a ConfigError naming `source`."""
+PACKAGED = "gpulaunch/data/"
+PACKAGED_JSON = Path(__file__).resolve().parent / "data" / "json"
+
+
+def packaged_copy(text: str, source: str) -> tuple[bool, Any]:
+    """(True, data) when `source` ("gpulaunch/data/REL") is a YAML file shipped in
+    gpulaunch/data/ and the JSON copy
+    beside it (data/json/NAME.yaml.json, written by dev/packaged-json) was made from exactly
+    this text (its sha256): json is ~30x faster than YAML and needs no yaml import. Any
+    doubt (no copy, another text, a broken copy) is (False, None): the YAML is parsed."""
+    if not source.startswith(PACKAGED) or ".." in source:
+        return False, None
+    import hashlib
+    import json
+
+    try:
+        doc = json.loads((PACKAGED_JSON / (source.removeprefix(PACKAGED) + ".json")).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False, None
+    if not isinstance(doc, dict) or "data" not in doc:
+        return False, None
+    if doc.get("sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():
+        return False, None
+    return True, doc["data"]
+
+
+def parse_yaml_text(text: str, source: str, packaged: str | None = None) -> Any:
+    """Parse YAML text into plain data; every failure is a ConfigError naming `source`.
+    gpulaunch's own data files (a `source` under gpulaunch/data/, or `packaged`: the file's
+    path there) come from their JSON copy when it matches (packaged_copy)."""
+    found, data = packaged_copy(text, PACKAGED + packaged if packaged else source)
+    if found:
+        return data
+    return parse_yaml_only(text, source)
+
+
+def parse_yaml_only(text: str, source: str) -> Any:
+    """parse_yaml_text without the JSON copies (what dev/packaged-json and its test use)."""
     import yaml
 
     try:

@@ -121,12 +121,12 @@ class Engine:
 
     def refused_ulimits(self) -> set[str]:
         """The ulimits this engine refused on an earlier run (remembered for a day)."""
-        from gpulaunch.engine.capabilities import refused_ulimits
+        from gpulaunch.engine.replies import refused_ulimits
 
         return refused_ulimits(self.identity())
 
     def remember_refused_ulimit(self, name: str) -> None:
-        from gpulaunch.engine.capabilities import remember_refused_ulimit
+        from gpulaunch.engine.replies import remember_refused_ulimit
 
         remember_refused_ulimit(self.identity(), name)
 

@@ -2,17 +2,20 @@
 buildx`, 23+, or a pre-23 client behind DOCKER_BUILDKIT=1; None: the SDK's classic builder),
 probed without a daemon and kept per process for the same binaries (a command asks more than
 once, and each probe runs two subprocesses per `docker` on PATH); its version text; short
-error texts; whether an error came from the HTTP layer under the SDK."""
+error texts; whether an error came from the HTTP layer under the SDK; and what an engine
+refused before (below: `refused_ulimits`)."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from gpulaunch.engine.buildspec import DockerCli
+from gpulaunch.fsio import cache_dir, read_cache, write_cache
 
 
 def _is_executable(path: Path) -> bool:
@@ -128,3 +131,62 @@ def _file_key(path: str) -> tuple[str, int, int, int]:
     except OSError:
         return (path, 0, 0, 0)
     return (path, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+# -- what an engine refused before -------------------------------------------------------
+# What an engine refused before, remembered per engine: a ulimit it may not raise (an
+# engine inside an unprivileged sandbox refuses memlock=-1 at container start).
+#
+# Without this every run creates the container, has its start refused, removes it and creates
+# it again: two round trips of create and start for nothing. The answer is kept in the user
+# cache dir keyed by the engine's identity (its ID, version and kernel from /info) and for a
+# day at most, so a reconfigured engine is asked again; a cache file that is missing, corrupt
+# or planted only means asking again (read through fsio.read_cache, checked field by field).
+
+FILE_NAME = "engines.json"
+MAX_AGE_S = 24 * 3600
+MAX_ENGINES = 32
+ULIMIT_NAMES = frozenset({"memlock", "stack", "nofile"})
+
+
+def _path() -> Path:
+    return cache_dir() / FILE_NAME
+
+
+def _entries() -> dict[str, dict[str, object]]:
+    data = read_cache(_path())
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def refused_ulimits(engine_id: str, now: float | None = None) -> set[str]:
+    """The ulimits this engine refused within the last day (empty when unknown)."""
+    entry = _entries().get(engine_id)
+    if entry is None:
+        return set()
+    at, refused = entry.get("at"), entry.get("refused_ulimits")
+    now = time.time() if now is None else now
+    if not isinstance(at, int | float) or not 0 <= now - at <= MAX_AGE_S:
+        return set()
+    if not isinstance(refused, list):
+        return set()
+    return {name for name in refused if isinstance(name, str) and name in ULIMIT_NAMES}
+
+
+def remember_refused_ulimit(engine_id: str, name: str, now: float | None = None) -> None:
+    """Record that this engine refused ulimit `name` (a failed write is ignored)."""
+    if name not in ULIMIT_NAMES:
+        return
+    now = time.time() if now is None else now
+    entries = _entries()
+    known = refused_ulimits(engine_id, now)
+    entries[engine_id] = {"at": now, "refused_ulimits": sorted(known | {name})}
+    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENGINES]
+    root = cache_dir().parent
+    write_cache(_path(), {k: entries[k] for k in newest}, root=root)
+
+
+def _at(entry: dict[str, object]) -> float:
+    at = entry.get("at")
+    return float(at) if isinstance(at, int | float) else 0.0

@@ -99,10 +99,10 @@ def _data_text(*parts: str) -> str:
     return resources.files("gpulaunch").joinpath("data", *parts).read_text(encoding="utf-8")
 
 
-def _parse(text: str, source: str) -> Any:
+def _parse(text: str, source: str, packaged: str | None = None) -> Any:
     from gpulaunch.yamlio import parse_yaml_text
 
-    return parse_yaml_text(text, source)
+    return parse_yaml_text(text, source, packaged)
 
 
 @lru_cache(maxsize=1)
@@ -118,7 +118,7 @@ def _builtin_specs() -> dict[str, ProfileSpec]:
             continue
         name = entry.name.removesuffix(".yaml")
         source = f"built-in profile {name}"
-        data = _parse(entry.read_text(encoding="utf-8"), source)
+        data = _parse(entry.read_text(encoding="utf-8"), source, f"profiles/{entry.name}")
         try:
             specs[name] = ProfileSpec.model_validate(data or {})
         except ValidationError as err:

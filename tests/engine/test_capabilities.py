@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine import capabilities
+from gpulaunch.engine import replies as capabilities
 
 
 @pytest.fixture(autouse=True)
