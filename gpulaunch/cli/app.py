@@ -19,7 +19,10 @@ import typer
 from typer.core import TyperGroup
 
 from gpulaunch import __version__
+from gpulaunch.cli import fastparams
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
+
+fastparams.install()  # flag values without importing pydantic (see the module)
 
 
 class _Group(TyperGroup):
