@@ -73,24 +73,29 @@ class StatusLine:
         self.text = ""
 
 
-def _engine_or_none() -> Any:
-    """History must work without a daemon: running records are then left as they are."""
-    from gpulaunch.errors import GpulaunchError
+class _LazyEngine:
+    """History must work without a daemon: running records are then left as they are. The
+    engine is reached only when a running record needs checking (most histories have
+    none, and connecting imports the docker SDK)."""
 
-    try:
-        engine = _engine()
-        engine.client()
-    except GpulaunchError as err:
-        _err(f"warning: cannot check running records against the engine: {err.message}")
-        return None
-    return engine
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.failed = False
 
-
-class _NoEngine:
     def find_leftover(self, name: str, run_id: str) -> Any:
-        from gpulaunch.errors import EngineError
+        from gpulaunch.errors import EngineError, GpulaunchError
 
-        raise EngineError("no engine")
+        if self.engine is None and not self.failed:
+            try:
+                engine = _engine()
+                engine.client()
+                self.engine = engine
+            except GpulaunchError as err:
+                self.failed = True
+                _err(f"warning: cannot check running records against the engine: {err.message}")
+        if self.engine is None:
+            raise EngineError("no engine")
+        return self.engine.find_leftover(name, run_id)
 
 
 @app.command()
@@ -112,7 +117,7 @@ def history(
 
     _, project = _load(config)
     after = parse_since(since) if since is not None else None
-    records = reconcile(project, _engine_or_none() or _NoEngine(), _err)
+    records = reconcile(project, _LazyEngine(), _err)
     chosen = select(records, limit, after)
     summary = totals(chosen)
     if as_json:
