@@ -126,6 +126,12 @@ def parse_requirement(
     text: str, source: str = "requirement", datacenter: list[str] | None = None
 ) -> Requirement:
     """Parse NVIDIA_REQUIRE_CUDA grammar; `brand=datacenter` expands to the datacenter list."""
+    return _parse_requirement(text, source, None if datacenter is None else tuple(datacenter))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_requirement(text: str, source: str, datacenter: tuple[str, ...] | None) -> Requirement:
+    """Memoized (the matrix asks for the same few rules hundreds of times; results are frozen)."""
     alternatives: list[tuple[Condition, ...]] = []
     for word in text.split():
         conds: list[list[Condition]] = [[]]
@@ -138,6 +144,7 @@ def parse_requirement(
                 raise CatalogError(f"{source}: {key} needs a version; got {value!r}")
             if key == "brand" and value == "datacenter":
                 names = datacenter if datacenter is not None else _data()["datacenter_brands"]
+                names = list(names)
                 conds = [[*c, Condition("brand", "=", b)] for c in conds for b in names]
             else:
                 conds = [[*c, Condition(key, op, value)] for c in conds]
