@@ -3,8 +3,8 @@ TypeAdapter, built the first time the parameter is processed, even for an option
 its default. That import and the schema build are ~40 % of a short command's time.
 
 `install()` makes typer's parameter build its coercion lazily: an option left unset (None)
-needs none; a `str`, `bool`, unranged `int` or `list[str]` value given as text is converted
-here exactly as the adapter would; anything else (Path, choices, ranged numbers, a value the
+needs none; a `str`, `bool`, `int` (inside its range) or `list[str]` value is converted
+here exactly as the adapter would; anything else (Path, choices, floats, a value the
 simple rules do not accept) goes to typer's own adapter, built then, so its error messages
 stay typer's. tests/cli/test_fastparams.py compares both on every command's parameters.
 
@@ -32,18 +32,26 @@ def _plain(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def fast_value(annotation: Any, ranged: bool, value: Any) -> tuple[bool, Any]:
-    """(True, converted) when the simple rules convert `value` as typer's adapter would."""
+def fast_value(annotation: Any, info: Any, value: Any) -> tuple[bool, Any]:
+    """(True, converted) when the simple rules convert `value` as typer's adapter would
+    (`info`: the parameter's typer ParameterInfo; a ranged int is converted inside its range
+    only, so every refusal and clamp stays typer's)."""
     kind, _ = _plain(annotation)
     if kind is str and type(value) is str:
         return True, value
     if kind is bool and type(value) is bool:
         return True, value
-    if kind is int and not ranged:
-        if type(value) is int:
-            return True, value
+    if kind is int:
+        number = value if type(value) is int else None
         if type(value) is str and _INT.fullmatch(value) and len(value) < 20:
-            return True, int(value)
+            number = int(value)
+        low, high = getattr(info, "min", None), getattr(info, "max", None)
+        if (
+            number is not None
+            and (low is None or low <= number)
+            and (high is None or number <= high)
+        ):
+            return True, number
     listed = typing.get_origin(kind) is list and typing.get_args(kind) == (str,)
     if listed and isinstance(value, list | tuple) and all(type(v) is str for v in value):
         return True, list(value)
@@ -68,7 +76,7 @@ def install() -> None:
         real: list[Any] = field(default_factory=list)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            done, converted = fast_value(self.annotation, self.descriptor.is_ranged, value)
+            done, converted = fast_value(self.annotation, self.parameter_info, value)
             if done:
                 return converted
             if not self.real:

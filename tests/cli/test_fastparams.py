@@ -14,7 +14,8 @@ from gpulaunch.cli import app
 from gpulaunch.cli.fastparams import fast_value
 
 VALUES: list[Any] = [
-    "4", "0", "-3", "007", "+4", " 4", "4.0", "x", "", "1" * 25, "true", "no",
+    "4", "0", "-3", "1024", "1025", 0, 100, 101, -1, "007", "+4", " 4", "4.0", "x", "",
+    "1" * 25, "true", "no",
     True, False, 3, ("a", "b"), (), ["a"], ("1",),
 ]  # fmt: skip
 
@@ -46,7 +47,7 @@ def test_every_fast_conversion_equals_typers_own() -> None:
             continue
         real = _coercion.build_runtime_param(desc)
         for value in VALUES:
-            done, fast = fast_value(desc.annotation, desc.is_ranged, value)
+            done, fast = fast_value(desc.annotation, desc.parameter_info, value)
             if not done:
                 continue
             try:
