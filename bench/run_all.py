@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOT_MET = {
     "--help vs typer": (
         "`gpulaunch --help` imports no heavy module (a suite check, "
-        "tests/cli/test_lazy_imports.py, fails if one comes back) and parses no flag through pydantic (gpulaunch.cli.fastparams), "
+        "tests/cli/test_lazy_imports.py, fails if one comes back) and parses no flag through "
+        "pydantic (gpulaunch.cli.fastparams), "
         "so what is left is gpulaunch's own CLI: its 17 extra modules (about 28 ms self time in "
         "`-X importtime`: cli.app, jobs, image, cluster, ci, records, profiles) and typer building "
         "all 19 commands' parameters (`typer.main.get_group`, about 60 ms profiled) and printing "
