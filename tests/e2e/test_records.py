@@ -175,7 +175,9 @@ def test_history_of_failing_detached_and_killed_runs_and_rerun(
     proj: Path, live: Any, docker_client: Any
 ) -> None:
     before = set(_records(proj))
-    failing = _run(proj, "--gpus", "1", "echo.py", "failing", "3")
+    # it runs a second, so its GPU-hours are over the 4-decimal rounding (the supervisor
+    # sees the end at once: a job of a few ms is 0.0 GPU-hours)
+    failing = _run(proj, "--gpus", "1", "-e", "SLEEP=1", "echo.py", "failing", "3")
     assert failing.returncode == 3, failing.describe()
     failed = _new_record(proj, before)
 
