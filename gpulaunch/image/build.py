@@ -28,11 +28,12 @@ from gpulaunch.engine.context import Entry, effective_rules, hash_entries, parse
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
 from gpulaunch.errors import BuildError, ConfigError
 from gpulaunch.fsio import open_stream
-from gpulaunch.image.render import ImagePlan, plan_image, render_dockerfile, render_dockerignore
 from gpulaunch.masking import mask
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
+    from gpulaunch.image.render import ImagePlan
+    from gpulaunch.image.tagcache import CachedPlan
 
 TAIL_LINES = 30
 MAX_IGNORE_BYTES = 1024 * 1024
@@ -57,7 +58,7 @@ class BuildOutcome:
     builder: Builder
     dockerfile: str
     log_path: Path | None = None
-    plan: ImagePlan | None = None
+    plan: ImagePlan | CachedPlan | None = None  # CachedPlan: the tag came from the tag cache
 
 
 @dataclass
@@ -101,7 +102,11 @@ def read_dockerignore(project: Path) -> str:
     Read without following a link; a folder, a link or a non-text file is a usage error.
     """
     text = _user_dockerignore(project)
-    return render_dockerignore() if text is None else text
+    if text is None:
+        from gpulaunch.image.render import render_dockerignore  # jinja2: only when needed
+
+        return render_dockerignore()
+    return text
 
 
 def _user_dockerignore(project: Path) -> str | None:
@@ -159,6 +164,8 @@ def prepare_build(
     config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions
 ) -> PreparedBuild:
     """Render and hash; writes nothing and asks no daemon (--dry-run uses it as it is)."""
+    from gpulaunch.image.render import plan_image, render_dockerfile
+
     plan = plan_image(config, project, builder)
     dockerfile = render_dockerfile(plan)
     ignore = read_dockerignore(project)

@@ -24,18 +24,19 @@ import json
 import os
 import re
 import stat
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
+from gpulaunch.engine.buildspec import Builder
 from gpulaunch.engine.context import effective_rules, parse_rules, scan
 from gpulaunch.fsio import read_cache, write_cache
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
     from gpulaunch.engine.context import Entry
-    from gpulaunch.image.render import ImagePlan
 
 CACHE_REL = ".gpulaunch/tag-cache.json"
 RACY_S = 2.0
@@ -43,11 +44,23 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
+class CachedPlan:
+    """What a hit knows of the image plan: its resolved versions (what run records, smoke and
+    the GPU check read, as attributes), without the template context: nothing was rendered,
+    and the render/catalog modules are not even imported."""
+
+    name: str
+    resolved: types.SimpleNamespace
+    builder: Builder
+    required: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Hit:
     tag: str
-    builder: str
+    builder: Builder
     dockerfile: str
-    plan: ImagePlan
+    plan: CachedPlan
 
 
 def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
@@ -121,9 +134,6 @@ def _rules(ignore: str, project: Path, required: Sequence[str], never: Sequence[
 
 def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     """The cached tag when the key and every context entry's stat are what they were."""
-    from gpulaunch.image.render import ImagePlan
-    from gpulaunch.image.request import ResolvedImage
-
     try:  # a linked .gpulaunch is not followed, for reading either
         if not stat.S_ISDIR(os.lstat(project / ".gpulaunch").st_mode):
             return None
@@ -147,16 +157,16 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         entries = scan(project, _rules(ignore, project, required, never))
         if _stats(project, entries) != data["entries"]:
             return None
-        resolved = ResolvedImage(**data["resolved"])
-        resolved = dataclasses.replace(
-            resolved,
-            cuda_archs=tuple(resolved.cuda_archs),
-            warnings=tuple(resolved.warnings),
+        fields = data["resolved"]
+        if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
+            return None
+        resolved = types.SimpleNamespace(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
         )
     except (KeyError, TypeError, ValueError, OSError):
         return None
-    plan = ImagePlan(name, resolved, builder, {}, tuple(required))  # no template context
-    return Hit(tag, builder, dockerfile, plan)
+    kind: Builder = "buildkit" if builder == "buildkit" else "classic"  # checked above
+    return Hit(tag, kind, dockerfile, CachedPlan(name, resolved, kind, tuple(required)))
 
 
 def store(

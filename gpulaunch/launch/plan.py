@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, base_labels, new_run_id
 from gpulaunch.errors import ConfigError, TopologyError
-from gpulaunch.image.build import PreparedBuild
 from gpulaunch.launch.flags import (
     gpu_count,
     module_command,
@@ -29,6 +28,7 @@ from gpulaunch.launch.flags import (
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
+    from gpulaunch.image.build import PreparedBuild
     from gpulaunch.launch.numa import NumaPlan
     from gpulaunch.launch.profiles import ResolvedLaunch
     from gpulaunch.launch.topology import Topology
