@@ -76,6 +76,12 @@ def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
     return out
 
 
+def templates() -> Path:
+    """render.template_root's answer without importing render (and the catalog with it)."""
+    packaged = _PACKAGE / "templates"
+    return packaged if packaged.is_dir() else _PACKAGE.parent / "templates"
+
+
 def key(
     config: ProjectConfig,
     project: Path,
@@ -87,7 +93,6 @@ def key(
 ) -> str:
     """Everything but the context entries that the tag depends on, hashed."""
     from gpulaunch.catalog.overlay import overlay_paths
-    from gpulaunch.image.render import template_root
 
     overlays = []
     for path in overlay_paths():
@@ -99,7 +104,7 @@ def key(
     facts = {
         "v": __version__,
         "package": _tree_stat(_PACKAGE),
-        "templates": _tree_stat(template_root()),
+        "templates": _tree_stat(templates()),
         "overlays": overlays,
         "config": config.model_dump(mode="json"),
         "project": os.path.abspath(project),

@@ -221,3 +221,9 @@ def test_dry_run_writes_no_cache(project: Path) -> None:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
     assert not (project / ".gpulaunch").exists()
+
+
+def test_the_templates_folder_is_renders() -> None:
+    from gpulaunch.image.render import template_root
+
+    assert tagcache.templates().resolve() == template_root().resolve()
