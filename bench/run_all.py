@@ -33,7 +33,7 @@ NOT_MET = {
     "--help vs typer": (
         "`gpulaunch --help` imports no heavy module (a suite check, "
         "tests/cli/test_lazy_imports.py, fails if one comes back) and parses no flag through "
-        "pydantic (gpulaunch.cli.fastparams), "
+        "pydantic (gpulaunch.cli.app fast_value), "
         "so what is left is gpulaunch's own CLI: its 17 extra modules (about 28 ms self time in "
         "`-X importtime`: cli.app, jobs, image, cluster, ci, records, profiles) and typer building "
         "all 19 commands' parameters (`typer.main.get_group`, about 60 ms profiled) and printing "

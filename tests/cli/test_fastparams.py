@@ -1,4 +1,4 @@
-"""gpulaunch.cli.fastparams converts flag values as typer's pydantic adapter does: compared
+"""gpulaunch.cli.app (fast_value) converts flag values as typer's pydantic adapter does: compared
 on every parameter of every command with values of each kind, and installed (a typer
 upgrade that changes its internals makes `install` a no-op, and this test says so)."""
 
@@ -11,7 +11,7 @@ import typer.main
 from typer import _coercion, core
 
 from gpulaunch.cli import app
-from gpulaunch.cli.fastparams import fast_value
+from gpulaunch.cli.app import fast_value
 
 VALUES: list[Any] = [
     "4", "0", "-3", "1024", "1025", 0, 100, 101, -1, "007", "+4", " 4", "4.0", "x", "",
@@ -36,7 +36,7 @@ def test_install_replaced_typers_eager_adapter() -> None:
     params = _params()
     assert len(params) > 50
     runtime = params[0].get_runtime_param()
-    assert type(runtime).__name__ == "LazyRuntimeParam", "fastparams is not installed"
+    assert type(runtime).__name__ == "LazyRuntimeParam", "_install_fast_params did not take"
 
 
 def test_every_fast_conversion_equals_typers_own() -> None:
