@@ -96,26 +96,23 @@ def build_args() -> dict[str, str]:
     return {"GL_UID": str(os.getuid()), "GL_GID": str(os.getgid())}
 
 
+def render_dockerignore() -> str:
+    """gpulaunch's default .dockerignore (render, and jinja2 with it, imported only then)."""
+    from gpulaunch.image.render import render_dockerignore as render
+
+    return render()
+
+
 def read_dockerignore(project: Path) -> str:
     """The project's .dockerignore text, or gpulaunch's default rules where there is none.
 
     Read without following a link; a folder, a link or a non-text file is a usage error.
     """
-    text = _user_dockerignore(project)
-    if text is None:
-        from gpulaunch.image.render import render_dockerignore  # jinja2: only when needed
-
-        return render_dockerignore()
-    return text
-
-
-def _user_dockerignore(project: Path) -> str | None:
-    """The project's own .dockerignore text, or None where there is none."""
     path = project / ".dockerignore"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        return None
+        return render_dockerignore()
     except OSError as err:
         reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ConfigError(f"{path}: cannot read: {reason}") from None
@@ -305,20 +302,15 @@ def run_build(
 
 def _cache_key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:
     """The tag cache's key ("" when the project's .dockerignore is unreadable: no cache,
-    and prepare_build reports the problem)."""
+    and prepare_build reports the problem). It holds the effective .dockerignore text, the
+    default rules included where the project has none, so it is right whatever they depend on."""
     from gpulaunch.image import tagcache
 
     try:
-        ignore = _user_dockerignore(project)
+        ignore = read_dockerignore(project)
     except ConfigError:
         return ""
     key_of_builder = () if opts.builder else engine.builder_key()
     return tagcache.key(
-        config,
-        project,
-        opts.builder,
-        key_of_builder,
-        "\0default" if ignore is None else ignore,
-        build_args(),
-        opts.config_file,
+        config, project, opts.builder, key_of_builder, ignore, build_args(), opts.config_file
     )

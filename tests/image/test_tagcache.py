@@ -227,3 +227,17 @@ def test_the_templates_folder_is_renders() -> None:
     from gpulaunch.image.render import template_root
 
     assert tagcache.templates().resolve() == template_root().resolve()
+
+
+def test_the_default_rules_are_part_of_the_key(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a .dockerignore the key holds the default rules as rendered for this project
+    (whatever they come to depend on), not a marker."""
+    cfg = load_config(project / "gpulaunch.yaml")
+    before = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    monkeypatch.setattr(build_mod, "render_dockerignore", lambda: "*.md\n")
+    after = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    assert before != after
+    (project / ".dockerignore").write_text("*.md\n")
+    assert build_mod._cache_key(cfg, project, Engine(), BuildOptions()) == after  # type: ignore[arg-type]
