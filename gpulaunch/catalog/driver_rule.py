@@ -196,6 +196,11 @@ def _unverified(cuda: str, table: dict[str, str]) -> Requirement:
     return Requirement(req.text, req.source, req.alternatives, req.enforced, verified=False)
 
 
+def stored_rules() -> dict[str, str]:
+    """VERSION -> the NVIDIA_REQUIRE_CUDA string stored for nvidia/cuda:VERSION-*."""
+    return {str(k): str(v) for k, v in _data()["require_cuda"].items()}
+
+
 def verified_rule(cuda: str) -> bool:
     """True when driver_rules.yaml holds NVIDIA's own NVIDIA_REQUIRE_CUDA for this version."""
     return cuda in _data()["require_cuda"]

@@ -112,7 +112,9 @@ def test_images_newer_than_the_snapshot_are_unverified() -> None:
     h100 = driver_rule.host_can_run(new, "580.95.05", "nvidia")
     assert h100.ok and h100.forward and "driver<581" in h100.reason
     rtx = driver_rule.host_can_run(new, "580.95.05", "geforce")
-    assert not rtx.ok and rtx.reason.endswith("(unverified: cuda>=13.2 with the branches of 13.1.0)")
+    assert not rtx.ok and rtx.reason.endswith(
+        "(unverified: cuda>=13.2 with the branches of 13.1.0)"
+    )
     assert not driver_rule.host_can_run(new, "590.48.01", "nvidia").ok  # 590: no listed branch
     with pytest.raises(CatalogError, match="no driver data"):
         driver_rule.cuda_image_requirement("10.2.89")

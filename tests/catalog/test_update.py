@@ -17,7 +17,12 @@ from typer.testing import CliRunner
 from catalog.fake_pypi import FakeIndex, project, serve, torch_files, wheel
 from gpulaunch.cli import app
 
-CLOSED = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused at once
+CLOSED = "http://127.0.0.1:1"
+SCRIPT = Path(__file__).resolve().parents[2] / "dev" / "catalog-check"
+# a copy of NVIDIA's NVIDIA_REQUIRE_CUDA list (tests never read the shared reference folder)
+RULES = (
+    Path(__file__).resolve().parent / "fixtures" / "nvidia-require-cuda.txt"
+)  # nothing listens on port 1: connection refused at once
 PINS_215 = [
     "filelock",
     'cuda-toolkit[cublas,cudart]==13.2.2; platform_system == "Linux"',
@@ -224,11 +229,14 @@ def test_catalog_check_lists_differences(fake: FakeIndex, monkeypatch: pytest.Mo
     doc["releases"]["2.14.0"] = torch_files("2.14.0", ["3.11", "3.12"], ">=3.11", "2026-09-02")
     fake.pages["/pypi/torchvision/json"]["info"]["requires_dist"] = ["torch==2.13.9"]
     fake.pages["/pypi/torchvision/json"]["info"]["version"] = "0.29.0"
-    script = Path(__file__).resolve().parents[2] / "dev" / "catalog-check"
     env = {k: v for k, v in os.environ.items() if k != "GPULAUNCH_TORCH_INDEX_URL"}
     env["GPULAUNCH_TORCH_INDEX_URL"] = f"{CLOSED}/whl"
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, str(SCRIPT), "--rules", str(RULES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
@@ -242,10 +250,13 @@ def test_catalog_check_lists_differences(fake: FakeIndex, monkeypatch: pytest.Mo
 
 
 def test_catalog_check_without_pypi(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = Path(__file__).resolve().parents[2] / "dev" / "catalog-check"
     env = {**os.environ, "GPULAUNCH_PYPI_URL": CLOSED}
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, str(SCRIPT), "--rules", str(RULES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert done.returncode == 2
     assert done.stderr.startswith("catalog-check: catalog update: PyPI did not answer")
