@@ -6,7 +6,8 @@ lacks.
 
 Compared per packaged minor: each patch is a final PyPI release with a Linux x86_64 wheel; the
 Python floor (`requires_python`) and ceiling (cp3XX wheels) and the manylinux glibc floor of its
-newest patch; torchvision / torchaudio pairings where their metadata pins `torch==` exactly.
+newest patch; torchvision / torchaudio pairings against the torch requirement their metadata
+declares.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def _pairing_diffs(patch: dict[str, Any], project: _Project, key: str) -> list[s
     if paired not in project.releases:
         return [f"torch {patch['torch']}: {key} {paired} is not a release on PyPI"]
     dist = project.latest_dist if paired == project.latest else None
-    pin = pypi_facts.torch_pin(dist or [])
-    if pin is not None and pin != patch["torch"]:
-        return [f"torch {patch['torch']}: {key} {paired} pins torch=={pin} on PyPI"]
+    spec = pypi_facts.torch_requirement(dist or [])
+    if spec is not None and not pypi_facts.admits(spec, patch["torch"]):
+        return [f"torch {patch['torch']}: {key} {paired} requires torch{spec} on PyPI"]
     return []
 
 

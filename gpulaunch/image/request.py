@@ -111,6 +111,7 @@ class MatrixRow:
     driver_requirement: str | None = None
     driver_branches: tuple[str, ...] = ()
     origin: str | None = None  # the overlay file this row's facts come from (None: packaged)
+    driver_verified: bool = True  # False: the image's rule is modelled, not read from NVIDIA
 
     @property
     def python_range(self) -> str:
