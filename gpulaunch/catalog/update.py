@@ -427,8 +427,8 @@ def render_overlay(doc: dict[str, Any], today: date) -> str:
     lines = [
         f"# Written by `gpulaunch catalog update` on {today.isoformat()} from PyPI's JSON API.",
         "# The next update replaces this file; put your own rows in another file beside it.",
-        "# confidence: high = read from the source; medium = inferred from a source;",
-        "# low = carried over, unconfirmed (never picked by a default).",
+        "# confidence: high = read from the source (an exact pin); medium = inferred from a",
+        "# source (a declared range, the wheel's pin, the index; archs carried over).",
     ]
     _emit(doc, 0, lines)
     return "\n".join(lines) + "\n"
