@@ -154,7 +154,7 @@ def rerun(
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
     from gpulaunch.cli.image import _build_with_progress
-    from gpulaunch.cli.jobs import _print_warnings
+    from gpulaunch.cli.jobs import _print_warnings, run_line
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
         JobIO,
@@ -178,8 +178,8 @@ def rerun(
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)
-    _err(f"rerun of {ident}")
     if spec.opts.no_container:
+        _err(f"rerun of {ident} on this host: {run_line(job.plan)}")
         code = run_on_this_host(job, io, observers)
     else:
         engine = _engine()
@@ -187,6 +187,7 @@ def rerun(
             build_image(job, engine, io)
         else:
             reuse_image(job, record, engine)
+        _err(f"rerun of {ident}: {run_line(job.plan, spec.opts.detach)}")
         if spec.opts.detach:
             typer.echo(start_detached(job, engine, io, observers))
             return

@@ -13,6 +13,7 @@ from conftest import snapshot
 from typer.testing import CliRunner
 
 from gpulaunch.cli.app import app
+from gpulaunch.records.seal import seal
 
 JOB = """\
 import os, sys, pathlib
@@ -183,7 +184,7 @@ def test_rerun_runs_in_the_project_it_was_found_in(runner: CliRunner, project: P
     (rec,) = _records(project)
     path = project / ".gpulaunch" / "runs" / f"{rec['id']}.json"
     moved = dict(rec, project="/nonexistent/old-checkout", cwd="/nonexistent/old-checkout")
-    path.write_text(json.dumps(moved))
+    path.write_text(json.dumps(seal(moved)))  # as gpulaunch wrote it in the old checkout
 
     result = invoke(runner, "rerun", rec["id"])
 
