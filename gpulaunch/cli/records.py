@@ -155,6 +155,7 @@ def rerun(
     """
     from gpulaunch.cli.image import _build_with_progress
     from gpulaunch.cli.jobs import _print_warnings, run_line
+    from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
         JobIO,
@@ -174,7 +175,10 @@ def rerun(
     spec = rerun_spec(record, current, extra, here=project)
     spec.rebuild = rebuild
     tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
-    job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+    try:  # the flags' validators (mounts, env, script) on the record's values
+        job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+    except ConfigError as err:
+        raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
     _print_warnings(job.plan)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)

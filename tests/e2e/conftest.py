@@ -42,6 +42,20 @@ from e2e.support import (
 
 
 @pytest.fixture(scope="session")
+def _session_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state")
+
+
+@pytest.fixture(autouse=True)
+def _one_record_key(
+    _isolated_env: None, _session_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One GPULAUNCH_STATE_DIR (so one record key) per session: module-scoped projects keep
+    records from one test that the next reads (records are sealed with the user's key)."""
+    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(_session_state))
+
+
+@pytest.fixture(scope="session")
 def docker_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The engine, required: skips without one, fails with GPULAUNCH_REQUIRE_DOCKER=1."""
     require_docker()
