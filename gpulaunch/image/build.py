@@ -215,8 +215,8 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
     req = prepared.request
     note = (
         f"# context: {len(req.entries)} entries of {req.context} (.dockerignore, plus the files"
-        " the Dockerfile reads, minus the config and .gpulaunch/); gpulaunch sends exactly"
-        " these, the docker CLI alone would apply .dockerignore only\n"
+        " the Dockerfile reads, minus the config, .gpulaunch/ and credential files); gpulaunch"
+        " sends exactly these, the docker CLI alone would apply .dockerignore only\n"
     )
     heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
     return mask(note + prefix + shlex.join(argv) + heredoc)
