@@ -180,6 +180,7 @@ def rerun(
     except ConfigError as err:
         raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
     _print_warnings(job.plan)
+    _note_changed_command(ident, record, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)
     if spec.opts.no_container:
@@ -199,3 +200,15 @@ def rerun(
     if code:
         _err(f"gpulaunch: job exited with {code}")
     raise typer.Exit(code)
+
+
+def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: list[str]) -> None:
+    """History shows the recorded command; when this host makes another one (fewer GPUs, a
+    moved checkout), say so before the line that runs."""
+    from gpulaunch.engine.runspec import shell_line
+    from gpulaunch.masking import mask
+
+    recorded = [str(part) for part in record.get("command") or []]
+    now = [mask(str(part)) for part in plan.run.command]
+    if not extra and recorded != now:
+        _err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")

@@ -17,6 +17,7 @@ sets it; a field no flag sets is refused. The CLI prints what will run before it
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,6 +199,8 @@ def reuse_image(job: Any, record: dict[str, Any], engine: Any) -> None:
             f"run {record.get('id')}: its record has no image id",
             hint=f"`gpulaunch rerun {record.get('id')} --rebuild` builds one from its config",
         )
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):
+        raise ConfigError(f"rerun: the record's image.id {image_id!r} is not an image id")
     if not engine.image_exists(image_id):
         raise EngineError(
             f"run {record.get('id')}: its image {image.get('tag')} ({image_id[:19]}) is gone",

@@ -135,3 +135,18 @@ def test_every_run_option_has_its_flag_check() -> None:
     from gpulaunch.launch.plan import RunOptions
 
     assert set(FLAGS) == {f.name for f in dataclasses.fields(RunOptions)}
+
+
+@pytest.mark.parametrize("image_id", ["alpine", "sha256:XYZ", "sha256:" + "0" * 63, "--rm"])
+def test_a_recorded_image_id_must_be_one(image_id: str) -> None:
+    """`rerun` hands the record's image id to the engine: an id, never a name or a flag."""
+    from gpulaunch.errors import ConfigError
+    from gpulaunch.jobs.rerun import reuse_image
+
+    class Engine:
+        def image_exists(self, ref: str) -> bool:
+            raise AssertionError(f"the engine was asked about {ref!r}")
+
+    record = {"id": "20261203-201500-a1b2c3", "mode": "container", "image": {"id": image_id}}
+    with pytest.raises(ConfigError, match=r"image\.id"):
+        reuse_image(object(), record, Engine())
