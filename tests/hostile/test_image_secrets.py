@@ -175,3 +175,23 @@ def test_a_config_given_with_config_is_never_sent(hostile: Hostile) -> None:
     conf.write_text(MINIMAL_CONFIG + "# edited\n")
     after = hostile.invoke_unchanged("build", "--dry-run", "--json", "--config", str(conf))
     assert json.loads(after.stdout)["tag"] == json.loads(before.stdout)["tag"]
+
+
+def test_build_dry_run_shows_where_the_secret_really_comes_from(hostile: Hostile) -> None:
+    """The dry-run line names the secret file where a build writes it (its private temp
+    folder), not a path relative to wherever the line is pasted; the value stays masked."""
+    import tempfile
+
+    (hostile.project / "requirements.txt").write_text("six\n")
+    extra = f"https://u:{TOKEN}@pkgs.example/simple"
+    hostile.write_config(
+        _with_image(f"  requirements: requirements.txt\n  pip: {{extra_index_urls: [{extra}]}}\n")
+    )
+    outcome = hostile.invoke_unchanged("build", "--dry-run", "--builder", "buildkit")
+    assert outcome.code == 0, outcome.stderr
+    assert TOKEN not in outcome.stdout + outcome.stderr
+    folder = Path(tempfile.gettempdir()) / "gpulaunch-build-XXXXXXXX"
+    assert f"--secret id=gl_pip_extra_index_urls,src={folder}/gl_pip_extra_index_urls" in (
+        outcome.stdout
+    )
+    assert f"# each --secret src is a file (0600) in {folder}" in outcome.stdout
