@@ -57,7 +57,12 @@ def record_key(create: bool) -> bytes | None:
         return key
     from gpulaunch.fsio import write_file
 
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as err:
+        from gpulaunch.errors import ConfigError
+
+        raise ConfigError(f"{folder}: cannot make the key's folder: {err.strerror}") from None
     write_file(path, os.urandom(_KEY_BYTES), root=folder, mode=0o600)
     return _read_key(path)
 

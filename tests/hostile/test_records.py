@@ -150,3 +150,15 @@ def test_a_recorded_image_id_must_be_one(image_id: str) -> None:
     record = {"id": "20261203-201500-a1b2c3", "mode": "container", "image": {"id": image_id}}
     with pytest.raises(ConfigError, match=r"image\.id"):
         reuse_image(object(), record, Engine())
+
+
+def test_no_record_key_is_a_warning_and_the_job_runs(hostile: Hostile) -> None:
+    """The key cannot be made (its folder is a file): the job runs, the record is not written."""
+    blocker = hostile.outside / "state-is-a-file"
+    blocker.write_text("")
+    hostile.monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(blocker / "gpulaunch"))
+    outcome = hostile.invoke("run", "--no-container", "train.py")
+    assert outcome.code == 0, outcome.stderr
+    assert "warning: run record not written" in outcome.stderr
+    assert "Traceback" not in outcome.stderr
+    assert not list((hostile.project / ".gpulaunch" / "runs").glob("*.json"))
