@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
+from gpulaunch.masking import has_userinfo, is_secret_name
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -172,6 +174,8 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
+        _check_certificate(cert, img.ca_cert)
+    _check_image_env(dict(img.env))
 
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
     torch_install = _torch_install(resolved, list(img.torch_extras), companions)
@@ -367,6 +371,30 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
         locals_.append(("-e " if local.editable else "") + shlex.quote(target))
     entry_target = copies[0]["target"] if model.entry_kind == "requirements" else None
     return _Dependencies(entry_target, copies, edits, list(model.inline), locals_)
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def _check_certificate(path: Path, rel: str) -> None:
+    """image.ca_cert is copied into the image: PEM certificates only, never a private key."""
+    with path.open("rb") as fh:
+        kinds = {m.decode("ascii") for m in _PEM_BLOCK.findall(fh.read(1 << 20))}
+    if any("PRIVATE KEY" in kind for kind in kinds):
+        raise ConfigError(f"image.ca_cert: {rel!r} holds a private key; give the CA certificate")
+    if kinds != {"CERTIFICATE"}:
+        raise ConfigError(f"image.ca_cert: {rel!r} is not a PEM certificate (BEGIN CERTIFICATE)")
+
+
+def _check_image_env(env: dict[str, str]) -> None:
+    """image.env is ENV in every layer (`docker history`): a secret-looking name (*TOKEN*,
+    *KEY*, *SECRET*, *PASSWORD* ...) or a URL with credentials is refused."""
+    for name, value in env.items():
+        if is_secret_name(name) or "KEY" in name.upper() or has_userinfo(value):
+            raise ConfigError(
+                f"image.env.{name}: looks like a secret and would be baked into the image; "
+                "set it at run time with launch.env or --env"
+            )
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
