@@ -219,8 +219,15 @@ def run(
             status.close()
     if code is None:
         return
+    _exit_with(code, job)
+
+
+def _exit_with(code: int, job: Any) -> None:
+    """The job's exit code; a failure's known cause and fix are the last line printed."""
     if code:
         _err(f"gpulaunch: job exited with {code}")
+    if code and job.explanation is not None:
+        _err(f"gpulaunch: {job.explanation.text()}")
     raise typer.Exit(code)
 
 

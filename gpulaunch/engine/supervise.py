@@ -34,6 +34,37 @@ class _Stopper:
         self.event.set()
 
 
+class OutputTail:
+    """The last `limit` bytes of a job's output (both streams, as they arrive) and how its
+    container ended: what the failure explainer reads. Never the whole output in memory."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self.oom_killed = False
+        self.exit_code: int | None = None
+
+    def add(self, chunk: bytes) -> None:
+        with self._lock:
+            self._buf += chunk
+            if len(self._buf) > self.limit:
+                del self._buf[: len(self._buf) - self.limit]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._buf.decode("utf-8", "replace")
+
+    def read_state(self, container: Any) -> None:
+        """OOMKilled and the exit code from the engine (before the container is removed)."""
+        with contextlib.suppress(Exception):
+            container.reload()
+            state = (container.attrs or {}).get("State") or {}
+            self.oom_killed = bool(state.get("OOMKilled"))
+            if isinstance(state.get("ExitCode"), int):
+                self.exit_code = state["ExitCode"]
+
+
 class StopRequest(threading.Event):
     """A caller's request to stop the job (a smoke run's timeout), set from any thread.
     `honoured` turns true when the job was sent SIGTERM for it: a request that comes after
@@ -45,7 +76,11 @@ class StopRequest(threading.Event):
 
 
 def _pump(
-    chunks: Iterator[bytes], out: BinaryIO, done: threading.Event, warn: Callable[[str], None]
+    chunks: Iterator[bytes],
+    out: BinaryIO,
+    done: threading.Event,
+    warn: Callable[[str], None],
+    tail: OutputTail | None = None,
 ) -> None:
     """Copy one attached stream to `out` until the job ends.
 
@@ -56,6 +91,8 @@ def _pump(
     failed = False
     try:
         for chunk in chunks:
+            if tail is not None:
+                tail.add(chunk)
             if failed:
                 continue
             try:
@@ -116,6 +153,7 @@ def supervise(
     warn: Callable[[str], None],
     on_started: Callable[[Any], None] | None = None,
     stop: threading.Event | None = None,
+    tail: OutputTail | None = None,
 ) -> int:
     """Run the plan's container to completion; return the exit code gpulaunch should exit with.
 
@@ -123,6 +161,7 @@ def supervise(
     them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
     `stop`, when set by the caller (a smoke run's timeout), stops the job as a first signal
     would (SIGTERM, SIGKILL after the stop timeout) and the job's own exit code is returned.
+    `tail`, when given, keeps the end of the output and the container's end state.
     """
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
@@ -146,7 +185,7 @@ def supervise(
         streamed = [threading.Event(), threading.Event()]
         for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
             threading.Thread(
-                target=_pump, args=(attached[stream], target, done, warn), daemon=True
+                target=_pump, args=(attached[stream], target, done, warn, tail), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
         graceful_sent = forced = False
@@ -167,6 +206,8 @@ def supervise(
             stopper.event.clear()
         for done in streamed:
             done.wait(5)
+        if tail is not None:
+            tail.read_state(container)
         if stopper.signum is not None:
             return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
         if "error" in exit_box:
