@@ -45,6 +45,7 @@ class RunPlan:
     workdir: str = WORKSPACE
     ipc: str | None = "host"
     shm_size: str | None = None
+    memory: str | None = None  # docker --memory: the container's memory limit
     ulimits: dict[str, int] = field(default_factory=lambda: dict(NGC_ULIMITS))
     init: bool = True
     stop_timeout: int = STOP_TIMEOUT
@@ -95,6 +96,7 @@ class RunPlan:
                 "gpus": self.gpus,
                 "ipc": self.ipc,
                 "shm_size": self.shm_size,
+                "memory": self.memory,
                 "ulimits": self.ulimits,
                 "init": self.init,
                 "stop_timeout": self.stop_timeout,
@@ -127,6 +129,8 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
         argv += ["--ipc", plan.ipc]
     if plan.shm_size:
         argv += ["--shm-size", plan.shm_size]
+    if plan.memory:
+        argv += ["--memory", plan.memory]
     for name, limit in sorted(plan.ulimits.items()):
         argv += ["--ulimit", f"{name}={limit}"]
     # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
@@ -194,6 +198,8 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
         kwargs["ipc_mode"] = plan.ipc
     if plan.shm_size:
         kwargs["shm_size"] = plan.shm_size
+    if plan.memory:
+        kwargs["mem_limit"] = plan.memory
     if plan.network:
         kwargs["network_mode"] = plan.network
     if plan.hostname:

@@ -24,6 +24,7 @@ FLAG_TO_KWARG = {
     "--gpus": "device_requests",
     "--ipc": "ipc_mode",
     "--shm-size": "shm_size",
+    "--memory": "mem_limit",
     "--ulimit": "ulimits",
     "--stop-signal": "stop_signal",
     "--stop-timeout": "stop_timeout",
@@ -56,6 +57,7 @@ def _full_plan(gpus: int | str = 2) -> RunPlan:
         labels={"io.gpulaunch.managed": "true", "io.gpulaunch.run-id": "r1"},
         ipc=None,
         shm_size="16g",
+        memory="2g",
         network="none",  # sets hostname and an extra host
         cap_add=["IPC_LOCK", "SYS_NICE"],
         devices=["/dev/infiniband"],
@@ -154,6 +156,7 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
         "gpus": "0,2",
         "ipc": None,
         "shm_size": "16g",
+        "memory": "2g",
         "ulimits": plan.ulimits,
         "init": True,
         "stop_timeout": plan.stop_timeout,
