@@ -417,7 +417,7 @@ def test_the_output_tail_keeps_only_the_end_and_the_container_state() -> None:
     container is removed; the output itself still reaches its streams whole."""
 
     class OomKilled(FakeContainer):
-        attrs: dict[str, Any] = {}
+        attrs: dict[str, Any] | None = None
 
         def reload(self) -> None:
             assert self not in engine.discarded, "state read after the container was removed"
