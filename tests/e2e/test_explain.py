@@ -108,9 +108,7 @@ def test_a_rendezvous_nobody_joins_is_explained(app: Path) -> None:
 def test_a_missing_module_is_explained_and_explain_shows_it_again(app: Path) -> None:
     result = run_job(app, "--", "python", "-c", "import gl_no_such_module")
     assert result.returncode == 1, result.describe()
-    record = _check(
-        app, result, "module-missing", "no module gl_no_such_module", "requirements"
-    )
+    record = _check(app, result, "module-missing", "no module gl_no_such_module", "requirements")
     assert record["explanation"]["line"] == (
         "ModuleNotFoundError: No module named 'gl_no_such_module'"
     )
