@@ -124,3 +124,26 @@ def test_a_job_that_succeeds_or_fails_unknown_gets_no_explanation(app: Path) -> 
     assert result.returncode == 3, result.describe()
     assert _last_line(result) == "gpulaunch: job exited with 3"
     assert "explanation" not in _newest_record(app)
+
+
+def test_a_failed_smoke_explains_itself_in_junit_summary_and_json(
+    app: Path, tmp_path: Path
+) -> None:
+    from junitparser import Failure, JUnitXml
+
+    junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
+    result = gl(
+        "smoke", "--junit", str(junit), "--json", "--", "python", "-c", "import gl_no_such_module",
+        cwd=app, env=cli_env(GITHUB_STEP_SUMMARY=str(summary)),
+    )  # fmt: skip
+    assert result.returncode == 1, result.describe()
+    data = json.loads(result.stdout)
+    assert data["explanation"]["id"] == "module-missing"
+    (suite,) = list(JUnitXml.fromfile(str(junit)))
+    (case,) = list(suite)
+    (failure,) = case.result
+    assert isinstance(failure, Failure)
+    expected = f"cause: {data['explanation']['cause']}; fix: {data['explanation']['fix']}"
+    assert failure.message is not None and expected in failure.message
+    assert failure.message.startswith("the job exited with 1; cause: the image has no module")
+    assert expected.replace("|", "\\|") in summary.read_text()
