@@ -27,6 +27,23 @@ from gpulaunch.errors import ConfigError
 
 AFTER_DASHDASH = "gpulaunch.after_dashdash"
 
+InteractiveOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interactive/--no-interactive",
+        "-i",
+        help="Pass stdin to the job (default: when stdin is a terminal, a pipe or a file).",
+    ),
+]
+TtyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tty/--no-tty",
+        "-t",
+        help="Give the job a terminal (default: when stdin and stdout are terminals).",
+    ),
+]
+
 
 class _RunCommand(TyperCommand):
     """Keeps what follows the first `--` out of click's parser, verbatim.
@@ -136,6 +153,8 @@ def run(
     no_status: Annotated[
         bool, typer.Option("--no-status", help="No live GPU status line on the terminal.")
     ] = False,
+    interactive: InteractiveOpt = None,
+    tty: TtyOpt = None,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -164,6 +183,9 @@ def run(
     price = _check_price(price)
     if detach and no_container:
         raise ConfigError("--detach: not available with --no-container")
+    if detach and (interactive or tty):
+        flag = "--interactive" if interactive else "--tty"
+        raise ConfigError(f"{flag}: not available with --detach")
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
     rest = list(args or [])
     command: list[str] = []
@@ -204,13 +226,18 @@ def run(
 
         parse_ref(image, "--image")
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
-    if dry_run:
-        _dry_run(spec, as_json, detach)
+    if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
+        _dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
         return
     job = plan_job(spec)  # before any build
     _print_warnings(job.plan)
+    if not (detach or no_container):
+        from gpulaunch.engine.interactive import choose
+
+        job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
-    status = _status_line(io, no_status or detach or no_container)  # host jobs own the tty
+    # host jobs and jobs with a terminal own the terminal: no status line
+    status = _status_line(io, no_status or detach or no_container or job.plan.run.tty)
     observers = standard_observers(spec, _err, on_sample=status and status.show)
     try:
         code = _start(job, io, observers, no_container, detach)
@@ -268,7 +295,9 @@ def _check_price(price: str | None) -> str | None:
         raise ConfigError(f"--price: {err}") from None
 
 
-def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
+def _dry_run(
+    spec: Any, as_json: bool, detach: bool, interactive: tuple[bool, bool] = (False, False)
+) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
     from gpulaunch.engine.docker_api import Engine
@@ -286,6 +315,7 @@ def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
     )
     job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
+    job.plan.run.stdin, job.plan.run.tty = interactive
     _print_warnings(job.plan)
     _print_dry_run(job.plan, prepared, cli, as_json, detach)
 

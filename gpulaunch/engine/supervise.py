@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
+from gpulaunch.engine import interactive
 from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
 from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
@@ -76,30 +77,31 @@ class StopRequest(threading.Event):
 
 
 def _pump(
-    chunks: Iterator[bytes],
-    out: BinaryIO,
+    frames: Iterator[tuple[int, bytes]],
+    targets: dict[int, BinaryIO],
     done: threading.Event,
     warn: Callable[[str], None],
     tail: OutputTail | None = None,
 ) -> None:
-    """Copy one attached stream to `out` until the job ends.
+    """Copy attached output to its target (1: stdout, 2: stderr) until the job ends.
 
-    When `out` fails (`gpulaunch run ... | head`: the reader left), the stream is still read
-    to its end and dropped, as the engine drops it when `docker run`'s CLI dies of SIGPIPE:
-    the engine blocks on an attach stream nobody reads, the job with it, and every inspect of
-    the container until the reader goes. The job runs on; its exit code stays the result."""
-    failed = False
+    When a target fails (`gpulaunch run ... | head`: the reader left), the stream is still
+    read to its end and dropped, as the engine drops it when `docker run`'s CLI dies of
+    SIGPIPE: the engine blocks on an attach stream nobody reads, the job with it, and every
+    inspect of the container until the reader goes. The job runs on; its exit code stays the
+    result."""
+    failed: set[int] = set()
     try:
-        for chunk in chunks:
+        for stream, chunk in frames:
             if tail is not None:
                 tail.add(chunk)
-            if failed:
+            if stream in failed or stream not in targets:
                 continue
             try:
-                out.write(chunk)
-                out.flush()
+                targets[stream].write(chunk)
+                targets[stream].flush()
             except (OSError, ValueError) as err:  # a closed pipe or file
-                failed = True
+                failed.add(stream)
                 with contextlib.suppress(Exception):
                     warn(f"warning: cannot write the job's output ({err}); dropping the rest")
     except Exception:
@@ -108,16 +110,21 @@ def _pump(
         done.set()
 
 
+def _numbered(number: int, chunks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    return ((number, chunk) for chunk in chunks)
+
+
 def start(
     engine: Engine,
     plan: RunPlan,
     warn: Callable[[str], None],
-    attached: dict[str, Iterator[bytes]] | None = None,
+    attached: dict[str, Any] | None = None,
 ) -> Any:
     """Create and start the container; drop a ulimit the engine may not raise, with a warning.
 
     With `attached`, its "stdout" and "stderr" are attached between create and start, so no
-    byte the job writes is missed or goes through the engine's log driver.
+    byte the job writes is missed or goes through the engine's log driver; an interactive
+    plan (stdin or a terminal) gets one "socket" for stdin, stdout and stderr instead.
 
     NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
     sandbox refuses it. Running with the engine's default beats not running at all, but the
@@ -127,9 +134,13 @@ def start(
         plan.pin_hostname()  # the default network is no network on a bridge-less engine
 
     def attach(container: Any) -> None:
-        if attached is not None:
-            for stream in ("stdout", "stderr"):
-                attached[stream] = attach_output(container, stream)
+        if attached is None:
+            return
+        if plan.stdin or plan.tty:
+            attached["socket"] = interactive.attach_socket(container, plan.stdin)
+            return
+        for stream in ("stdout", "stderr"):
+            attached[stream] = attach_output(container, stream)
 
     while True:
         try:
@@ -166,8 +177,8 @@ def supervise(
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
+    attached: dict[str, Any] = {}
     try:
-        attached: dict[str, Iterator[bytes]] = {}
         container = start(engine, plan, warn, attached)
         if on_started:
             on_started(container)
@@ -182,28 +193,28 @@ def supervise(
             finally:
                 finished.set()
 
-        streamed = [threading.Event(), threading.Event()]
-        for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
+        sock = attached.get("socket")
+        if sock is not None:  # one stream: the engine tells stdout from stderr (no terminal)
+            pumps = [(interactive.frames(sock, plan.tty), {1: out, 2: err})]
+        else:
+            pumps = [
+                (_numbered(1, attached["stdout"]), {1: out}),
+                (_numbered(2, attached["stderr"]), {2: err}),
+            ]
+        streamed = [threading.Event() for _ in pumps]
+        for (frames, targets), done in zip(pumps, streamed, strict=True):
             threading.Thread(
-                target=_pump, args=(attached[stream], target, done, warn, tail), daemon=True
+                target=_pump, args=(frames, targets, done, warn, tail), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
-        graceful_sent = forced = False
-        while not finished.is_set():
-            stopper.event.wait(0.2)
-            requested = stop is not None and stop.is_set()
-            if (stopper.count or requested) and not graceful_sent:
-                graceful_sent = True
-                if requested and isinstance(stop, StopRequest):
-                    stop.honoured = True
-                _signal(container, "SIGTERM")
-                timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
-                timer.daemon = True
-                timer.start()
-            if stopper.count > 1 and not forced:
-                forced = True
-                _signal(container, "SIGKILL")
-            stopper.event.clear()
+        if sock is not None and plan.stdin:
+            threading.Thread(
+                target=interactive.forward_stdin,
+                args=(sock, interactive.STDIN_FD, finished),
+                daemon=True,
+            ).start()
+        with interactive.terminal(container) if plan.tty else contextlib.nullcontext():
+            _watch(container, plan, stopper, stop, finished)
         for done in streamed:
             done.wait(5)
         if tail is not None:
@@ -216,11 +227,40 @@ def supervise(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if "socket" in attached:
+            interactive.close(attached["socket"])
         if container is not None:
             engine.discard(container)
         else:
             with contextlib.suppress(EngineError):
                 engine.discard(engine.find_leftover(plan.name, plan.run_id))
+
+
+def _watch(
+    container: Any,
+    plan: RunPlan,
+    stopper: _Stopper,
+    stop: threading.Event | None,
+    finished: threading.Event,
+) -> None:
+    """Until the job ends: a first signal (or `stop`) sends SIGTERM and arms SIGKILL after
+    the stop timeout; a second signal sends SIGKILL at once."""
+    graceful_sent = forced = False
+    while not finished.is_set():
+        stopper.event.wait(0.2)
+        requested = stop is not None and stop.is_set()
+        if (stopper.count or requested) and not graceful_sent:
+            graceful_sent = True
+            if requested and isinstance(stop, StopRequest):
+                stop.honoured = True
+            _signal(container, "SIGTERM")
+            timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
+            timer.daemon = True
+            timer.start()
+        if stopper.count > 1 and not forced:
+            forced = True
+            _signal(container, "SIGKILL")
+        stopper.event.clear()
 
 
 def _signal(container: Any, name: str) -> None:

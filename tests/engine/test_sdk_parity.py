@@ -19,6 +19,8 @@ from gpulaunch.launch.flags import gpu_count
 FLAG_TO_KWARG = {
     "--name": "name",
     "--init": "init",
+    "--interactive": "stdin_open",
+    "--tty": "tty",
     "--user": "user",
     "--workdir": "working_dir",
     "--gpus": "device_requests",
@@ -41,7 +43,7 @@ FLAG_TO_KWARG = {
 }
 CLI_ONLY = {"--rm", "--detach"}  # the supervisor removes the container; detach is implied
 SDK_ONLY = {"image", "command"}  # positional on the line
-FLAGS_WITHOUT_VALUE = {"--rm", "--detach", "--init"}
+FLAGS_WITHOUT_VALUE = {"--rm", "--detach", "--init", "--interactive", "--tty"}
 
 
 def _full_plan(gpus: int | str = 2) -> RunPlan:
@@ -63,6 +65,8 @@ def _full_plan(gpus: int | str = 2) -> RunPlan:
         devices=["/dev/infiniband"],
         restart_retries=2,
         cpuset_cpus="0-3",
+        stdin=True,
+        tty=True,
     )
 
 
@@ -82,7 +86,7 @@ def _flags(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
 
 def _sdk_value_as_flags(key: str, value: Any) -> list[str]:
     """The SDK kwarg written back as the flag values docker's CLI would take."""
-    if key == "init":
+    if key in ("init", "stdin_open", "tty"):
         return [""] if value else []
     if key == "device_requests":
         (req,) = value
@@ -172,6 +176,8 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
             {"source": "/data", "target": "/data", "read_only": True},
         ],
         "restart_retries": 2,
+        "interactive": True,
+        "tty": True,
     }
 
 
