@@ -1,6 +1,6 @@
 """The command line: the typer app (`app.py`: error mapping and shared options) and the
 commands grouped by topic (`image.py`: init / render / versions / schema / build / catalog
-update; `jobs.py`: run / ps / logs / stop; `shell.py`: shell; `ci.py`: smoke / doctor;
+update; `jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor;
 `records.py`: history / rerun / explain; `cluster.py`: export / submit; `profiles.py`).
 Views (`views.py`) turn results into rich tables.
 
@@ -17,7 +17,6 @@ from gpulaunch.cli import (  # noqa: F401 - registers the commands
     jobs,
     profiles,
     records,
-    shell,
 )
 from gpulaunch.cli.app import app, main
 

@@ -1,4 +1,4 @@
-"""Commands about jobs: run (in a container or on the host), ps, logs, stop."""
+"""Commands about jobs: run (in a container or on the host), shell, ps, logs, stop."""
 
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ def run(
     job = plan_job(spec)  # before any build
     _print_warnings(job.plan)
     if not (detach or no_container):
-        from gpulaunch.engine.interactive import choose
+        from gpulaunch.engine.supervise import choose
 
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
@@ -441,3 +441,68 @@ def _finish_record(container: Any) -> None:
 
     labels = container.labels or {}
     finish_container(container, labels.get("io.gpulaunch.run-id"), _err)
+
+
+# bash when the image has it, else sh (a slim base image may lack bash)
+DEFAULT_SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@handle_errors
+def shell(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    gpus: Annotated[
+        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
+    ] = None,
+    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    network: NetworkOpt = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Use this pushed image (REGISTRY/NAME@sha256:...); no build."),
+    ] = None,
+    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    sets: SetOpt = None,
+    interactive: InteractiveOpt = None,
+    tty: TtyOpt = None,
+) -> None:
+    """Open a shell in the project's image, with `run`'s mounts, GPUs and env (no torchrun).
+
+    A command instead of the shell goes after `--`: gpulaunch shell -- nvidia-smi
+    """
+    from gpulaunch.engine.supervise import choose
+    from gpulaunch.jobs.execute import JobIO, JobSpec, build_image, plan_job, run_attached
+    from gpulaunch.launch.plan import RunOptions
+
+    _check_network(network)
+    _check_single_line({"--gpus": gpus, "--profile": profile})
+    command: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or []) or list(DEFAULT_SHELL)
+    cfg, project = _load(config, sets)
+    opts = RunOptions(
+        command=command,
+        nproc=1,  # one process, as typed: never torchrun
+        gpus=gpus,
+        env=list(env or []),
+        mounts=list(mount or []),
+        network=network,
+        profile=profile,
+        image=image,
+    )
+    if image is not None:
+        from gpulaunch.export.images import parse_ref
+
+        parse_ref(image, "--image")
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
+    job = plan_job(spec)
+    _print_warnings(job.plan)
+    job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    engine: Any = _engine()
+    build_image(job, engine, io)
+    _exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run

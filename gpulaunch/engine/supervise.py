@@ -3,17 +3,31 @@
 Ctrl-C / SIGTERM -> the container gets SIGTERM (its init forwards it to torchrun, which
 forwards it to the ranks), SIGKILL after the stop timeout; a second Ctrl-C kills at once.
 The container is removed on every path and the exit code is the job's, or 130 / 143.
+
+Interactive jobs: gpulaunch's stdin to the container (`docker run -i`) and a terminal for
+it (`-t`), so `breakpoint()` / pdb / `input()` work and `echo hi | gpulaunch run -- cat`
+prints hi.
+
+When: stdin is passed when it is a terminal gpulaunch reads in the foreground, or a pipe, a
+file or a socket (never /dev/null or a closed descriptor: the job then reads end-of-file at
+once, as without -i); a terminal is allocated when stdin and stdout are both terminals.
+`--interactive/--no-interactive` and `--tty/--no-tty` decide instead. With a terminal, the
+local one is put in raw mode (keys, Ctrl-C included, go to the job as typed) and always
+restored; its size follows the local window (SIGWINCH).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
+import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from gpulaunch.engine import interactive
 from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
 from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
@@ -137,7 +151,7 @@ def start(
         if attached is None:
             return
         if plan.stdin or plan.tty:
-            attached["socket"] = interactive.attach_socket(container, plan.stdin)
+            attached["socket"] = _attach_socket(container, plan.stdin)
             return
         for stream in ("stdout", "stderr"):
             attached[stream] = attach_output(container, stream)
@@ -195,7 +209,7 @@ def supervise(
 
         sock = attached.get("socket")
         if sock is not None:  # one stream: the engine tells stdout from stderr (no terminal)
-            pumps = [(interactive.frames(sock, plan.tty), {1: out, 2: err})]
+            pumps = [(_frames(sock, plan.tty), {1: out, 2: err})]
         else:
             pumps = [
                 (_numbered(1, attached["stdout"]), {1: out}),
@@ -209,11 +223,11 @@ def supervise(
         threading.Thread(target=wait, daemon=True).start()
         if sock is not None and plan.stdin:
             threading.Thread(
-                target=interactive.forward_stdin,
-                args=(sock, interactive.STDIN_FD, finished),
+                target=_forward_stdin,
+                args=(sock, STDIN_FD, finished),
                 daemon=True,
             ).start()
-        with interactive.terminal(container) if plan.tty else contextlib.nullcontext():
+        with _terminal(container) if plan.tty else contextlib.nullcontext():
             _watch(container, plan, stopper, stop, finished)
         for done in streamed:
             done.wait(5)
@@ -228,7 +242,7 @@ def supervise(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if "socket" in attached:
-            interactive.close(attached["socket"])
+            _close_socket(attached["socket"])
         if container is not None:
             engine.discard(container)
         else:
@@ -266,3 +280,125 @@ def _watch(
 def _signal(container: Any, name: str) -> None:
     with contextlib.suppress(Exception):
         container.kill(signal=name)
+
+
+# -- interactive jobs: stdin and a terminal ------------------------------------------------
+STDIN_FD = 0
+STDOUT_FD = 1
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _foreground(fd: int) -> bool:
+    """Is this process group the terminal's foreground one (`gpulaunch run ... &` is not:
+    reading the terminal would stop it with SIGTTIN)?"""
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _pipe_or_file(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+
+
+def choose(
+    interactive: bool | None,
+    tty: bool | None,
+    stdin_fd: int = STDIN_FD,
+    stdout_fd: int = STDOUT_FD,
+) -> tuple[bool, bool]:
+    """(pass stdin, allocate a terminal) from the flags, None meaning "decide from the fds"."""
+    terminal_in = _isatty(stdin_fd) and _foreground(stdin_fd)
+    if interactive is None:
+        interactive = terminal_in or _pipe_or_file(stdin_fd)
+    if tty is None:
+        tty = interactive and terminal_in and _isatty(stdout_fd)
+    return interactive, tty
+
+
+def _attach_socket(container: Any, stdin: bool) -> Any:
+    """One attach connection for stdin (when passed), stdout and stderr, made before start."""
+    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    return container.attach_socket(params=params)
+
+
+def _frames(sock: Any, tty: bool) -> Iterator[tuple[int, bytes]]:
+    """(1 for stdout / 2 for stderr, bytes) as the engine sends them; with a terminal, all
+    is stdout."""
+    from docker.utils.socket import frames_iter
+
+    return iter(frames_iter(sock, tty))
+
+
+def _raw_socket(sock: Any) -> Any:
+    return getattr(sock, "_sock", sock)
+
+
+def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
+    """Copy `fd` to the job until end-of-file (then close the job's stdin, as `docker run -i`
+    does) or until the job ends. Polls, so it never outlives the job by more than 0.2 s."""
+    raw = _raw_socket(sock)
+    eof = False
+    try:
+        while not stop.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                eof = True
+                break
+            raw.sendall(data)
+    except (OSError, ValueError):
+        return  # the job ended (socket closed) or stdin went away
+    if eof:
+        with contextlib.suppress(OSError):
+            raw.shutdown(socket.SHUT_WR)
+
+
+def _close_socket(sock: Any) -> None:
+    with contextlib.suppress(Exception):
+        _raw_socket(sock).close()
+    with contextlib.suppress(Exception):
+        sock.close()
+
+
+@contextlib.contextmanager
+def _terminal(container: Any, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> Iterator[None]:
+    """The local terminal in raw mode, its size forwarded, restored on every way out."""
+    import termios
+    import tty as ttymod
+
+    saved = None
+    if _isatty(fd):
+        with contextlib.suppress(termios.error):
+            saved = termios.tcgetattr(fd)
+            ttymod.setraw(fd)
+
+    def resize(*_: Any) -> None:
+        with contextlib.suppress(Exception):
+            size = os.get_terminal_size(out_fd)
+            container.resize(height=size.lines, width=size.columns)
+
+    previous = None
+    if _isatty(out_fd) and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGWINCH, resize)
+    resize()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGWINCH, previous)
+        if saved is not None:
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
