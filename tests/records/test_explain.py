@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,33 @@ def test_explain_target_reads_a_log_file_from_its_end(tmp_path: Path) -> None:
     (tmp_path / "old.log").write_bytes((LOGS / "driver_803.log").read_bytes() + b"x" * 70_000)
     found, _ = explain_target("old.log", tmp_path, lambda: tmp_path)
     assert found is None  # beyond the last 64 KiB: not read
+
+
+def test_a_build_or_start_failure_of_a_known_kind_gets_its_cause_as_the_hint(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from gpulaunch.errors import BuildError, EngineError
+    from gpulaunch.jobs.execute import explain_error
+
+    job: Any = SimpleNamespace(spec=SimpleNamespace(project=tmp_path), build=None, explanation=None)
+    full = BuildError(
+        "the build failed at step 5/9: RUN pip install -r requirements.txt",
+        log_tail="ERROR: Could not install packages due to an OSError: "
+        "[Errno 28] No space left on device: '/root/.cache/pip/wheels'",
+    )
+    explain_error(job, full)
+    assert full.hint is not None and full.hint.startswith("cause: a disk ran out of space")
+    assert "docker builder prune" in full.hint and job.explanation.id == "disk-full"
+    kept = EngineError("unsatisfied condition: cuda>=12.8", hint="the engine's own hint")
+    explain_error(job, kept)
+    assert kept.hint == "the engine's own hint"  # never replaced
+
+
+def test_permission_denied_on_a_mounted_path_names_the_path_and_the_uid() -> None:
+    text = "PermissionError: [Errno 13] Permission denied: '/data/checkpoints/step_100.pt'\n"
+    found = explain(Evidence(text, exit_code=1))
+    assert found is not None and found.id == "permission-denied"
+    assert "/data/checkpoints/step_100.pt" in found.cause and "uid:gid" in found.cause
+    assert "--mount" in found.fix
