@@ -198,3 +198,14 @@ def test_permission_denied_on_a_mounted_path_names_the_path_and_the_uid() -> Non
     assert found is not None and found.id == "permission-denied"
     assert "/data/checkpoints/step_100.pt" in found.cause and "uid:gid" in found.cause
     assert "--mount" in found.fix
+
+
+def test_torch_shm_allocation_failure_is_shm_not_a_full_disk() -> None:
+    """Captured on the engine (torch 2.13 CPU, DataLoader workers, --shm-size 1m)."""
+    text = (
+        "RuntimeError: Caught RuntimeError in DataLoader worker process 0.\n"
+        "RuntimeError: unable to allocate shared memory(shm) for file </torch_8_153096274_0>: "
+        "No space left on device (28)\n"
+    )
+    found = explain(Evidence(text, exit_code=1))
+    assert found is not None and found.id == "shm-exhausted"
