@@ -62,7 +62,8 @@ def test_public_log_excerpt_is_explained(name: str) -> None:
 
 
 def test_every_gpu_only_signature_cites_a_thread_with_an_excerpt() -> None:
-    cited = {re.match(r"# excerpt: (\S+)", p.read_text())[1] for p in LOGS.glob("*.log")}  # type: ignore[index]
+    heads = [re.match(r"# excerpt: (\S+)", p.read_text()) for p in LOGS.glob("*.log")]
+    cited = {head[1] for head in heads if head}
     for sig in signatures():
         if sig.id in FIX_WORDS:
             assert sig.sources, sig.id
@@ -209,3 +210,19 @@ def test_torch_shm_allocation_failure_is_shm_not_a_full_disk() -> None:
     )
     found = explain(Evidence(text, exit_code=1))
     assert found is not None and found.id == "shm-exhausted"
+
+
+H200 = HostGpus("580.159.04", ("NVIDIA H200",), ("nvidia",), ("9.0",))  # as NVML reported it
+
+
+def test_logs_captured_on_an_h200_are_explained_with_its_facts() -> None:
+    """Real failures on one H200 (driver 580.159.04, torch 2.11.0+cu130), with the facts NVML
+    gave there: the fix names the GPU and a build it runs."""
+    oom = explain(Evidence((LOGS / "h200_cuda_oom.log").read_text(), exit_code=1, host=H200))
+    assert oom is not None and oom.id == "cuda-oom" and "--expandable-segments" in oom.fix
+    assert oom.line is not None and oom.line.startswith("torch.OutOfMemoryError: CUDA out of")
+    arch = explain(
+        Evidence((LOGS / "h200_no_kernel_image.log").read_text(), exit_code=1, host=H200)
+    )
+    assert arch is not None and arch.id == "no-kernel-image"
+    assert "1x NVIDIA H200 (sm_90)" in arch.fix and "this host runs torch" in arch.fix
