@@ -106,3 +106,22 @@ def test_a_terminal_is_allocated_only_for_a_foreground_terminal() -> None:
     finally:
         os.close(parent)
         os.close(child)
+
+
+def test_dry_run_shows_interactive_flags_only_when_asked(runner: CliRunner, project: Path) -> None:
+    plain = invoke(runner, "run", "--dry-run", "--", "cat")
+    assert plain.exit_code == 0, plain.stderr
+    line = next(x for x in plain.stdout.splitlines() if x.startswith("docker run "))
+    assert "--interactive" not in line and "--tty" not in line
+    asked = invoke(runner, "run", "--dry-run", "-i", "-t", "--", "cat")
+    line = next(x for x in asked.stdout.splitlines() if x.startswith("docker run "))
+    assert " --interactive --tty " in line
+
+
+@pytest.mark.parametrize("flag", ["--interactive", "--tty"])
+def test_interactive_flags_refuse_detach(runner: CliRunner, project: Path, flag: str) -> None:
+    result = invoke(runner, "run", "--detach", flag, "--", "cat")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"gpulaunch: error: {flag}: not available with --detach"
+    ]
