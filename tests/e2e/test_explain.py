@@ -119,6 +119,13 @@ def test_a_missing_module_is_explained_and_explain_shows_it_again(app: Path) -> 
     assert json.loads(as_json.stdout)["explanation"] == record["explanation"]
 
 
+def test_a_sigkill_without_an_oom_kill_is_explained_as_a_kill(app: Path) -> None:
+    result = run_job(app, "--", "python", "-c", "import os; os.kill(os.getpid(), 9)")
+    assert result.returncode == 137, result.describe()
+    record = _check(app, result, "killed", "SIGKILL", "dmesg")
+    assert record["signal"] == "SIGKILL"
+
+
 def test_a_job_that_succeeds_or_fails_unknown_gets_no_explanation(app: Path) -> None:
     result = run_job(app, "--", "python", "-c", "raise SystemExit(3)")
     assert result.returncode == 3, result.describe()
