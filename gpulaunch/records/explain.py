@@ -277,8 +277,11 @@ def explain_target(
 
     A run id (the project found from `project()`) gives the recorded explanation, else its
     smoke log's; anything else is a log file. ConfigError when it is neither."""
+    import os
+
     from gpulaunch.records.store import is_run_id, load
 
+    env = dict(os.environ)  # NVML: the GPU facts of a fix are this host's
     path = cwd / target
     if is_run_id(target) and not path.is_file():
         root = project()
@@ -289,12 +292,14 @@ def explain_target(
         if not logs:
             return None, f"run {target} (exit {record.get('exit_code')})"
         path = logs[-1]
-        evidence = Evidence(read_tail(path, TAIL_BYTES), record.get("exit_code"), project=root)
+        evidence = Evidence(
+            read_tail(path, TAIL_BYTES), record.get("exit_code"), project=root, env=env
+        )
     else:
         if not path.is_file():
             raise ConfigError(f"RUN_ID|LOGFILE: {target!r} is neither a run id nor a file")
         try:
-            evidence = Evidence(read_tail(path, TAIL_BYTES), project=cwd)
+            evidence = Evidence(read_tail(path, TAIL_BYTES), project=cwd, env=env)
         except OSError as err:
             raise ConfigError(f"RUN_ID|LOGFILE: cannot read {target}: {err.strerror}") from None
     found = explain(evidence)
