@@ -5,9 +5,11 @@ terminal), and `gpulaunch shell` opens a shell in the project's image.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
 import termios
@@ -20,7 +22,8 @@ from e2e.support import RUN_TIMEOUT_S, cli_env, gl_argv
 
 pytestmark = pytest.mark.docker
 
-ASK = "import sys; name = input('name? '); print('got', name[::-1], sys.stdin.isatty())"
+# the prompt is put together at run time: the echoed command line must not contain it
+ASK = "import sys; name = input('na' + 'me? '); print('got', name[::-1], sys.stdin.isatty())"
 
 
 def _run(
@@ -99,11 +102,16 @@ def test_input_in_a_job_reads_what_is_typed_on_the_terminal(app: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, seen.decode("utf-8", "replace")
 
 
-def test_the_terminal_is_restored_after_a_tty_job(app: Path) -> None:
+def test_the_terminal_is_restored_after_a_tty_job_and_its_size_forwarded(app: Path) -> None:
     parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
     before = termios.tcgetattr(child)
+    job = (
+        "import os, time; time.sleep(1); size = os.get_terminal_size(); "
+        "print('size', size.lines, size.columns, 'done')"
+    )
     proc = subprocess.Popen(
-        gl_argv("run", "--tty", "--", "python", "-c", "print('done')"),
+        gl_argv("run", "--tty", "--", "python", "-c", job),
         cwd=app,
         env=cli_env(),
         stdin=child,
@@ -113,7 +121,8 @@ def test_the_terminal_is_restored_after_a_tty_job(app: Path) -> None:
     )
     seen = bytearray()
     try:
-        _read_until(parent, b"done", seen, RUN_TIMEOUT_S)
+        _read_until(parent, b" done\r\n", seen, RUN_TIMEOUT_S)  # not the echoed command
+        assert b"size 33 101 done" in seen
         assert proc.wait(60) == 0, seen.decode("utf-8", "replace")
         assert termios.tcgetattr(child) == before
     finally:
