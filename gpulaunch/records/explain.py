@@ -83,8 +83,7 @@ class Evidence:
 
 
 @functools.cache
-def signatures() -> tuple[Signature, ...]:
-    """The data file, checked: a broken file is a CatalogError naming the entry."""
+def _data() -> dict[str, Any]:
     from gpulaunch.yamlio import parse_yaml_text
 
     text = resources.files("gpulaunch").joinpath("data", "failures.yaml").read_text("utf-8")
@@ -92,7 +91,26 @@ def signatures() -> tuple[Signature, ...]:
         raw = parse_yaml_text(text, DATA_FILE)
     except ConfigError as err:
         raise CatalogError(f"failure signatures: {err.message}") from None
-    entries = raw.get("signatures") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(raw.get("module_packages", {}), dict):
+        raise CatalogError(f"{DATA_FILE}: expected a mapping with signatures, module_packages")
+    return raw
+
+
+def package_of(module: str) -> str:
+    """The pip package that installs `module` (`cv2` -> opencv-python-headless)."""
+    packages = {str(k): str(v) for k, v in (_data().get("module_packages") or {}).items()}
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):  # google.protobuf.x -> google.protobuf
+        if ".".join(parts[:cut]) in packages:
+            return packages[".".join(parts[:cut])]
+    return parts[0]
+
+
+@functools.cache
+def signatures() -> tuple[Signature, ...]:
+    """The data file, checked: a broken file is a CatalogError naming the entry."""
+    raw = _data()
+    entries = raw.get("signatures")
     if not isinstance(entries, list):
         raise CatalogError(f"{DATA_FILE}: expected a list under signatures")
     return tuple(_signature(entry, i) for i, entry in enumerate(entries))
@@ -165,7 +183,7 @@ def _last_match(sig: Signature, text: str) -> re.Match[str] | None:
 
 
 def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Explanation:
-    values = {"module": "", "path": ""}
+    values = {"module": "", "path": "", "package": ""}
     line = None
     if match is not None:
         for name, check in _VALUES.items():
@@ -176,6 +194,8 @@ def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Ex
         end = match.string.find("\n", match.end())
         raw = match.string[start : end if end >= 0 else None].strip()
         line = mask(raw)[:LINE_CAP] or None
+    if values["module"]:
+        values["package"] = package_of(values["module"])
     fix = sig.fix
     extra = None
     if sig.detail == "module":
