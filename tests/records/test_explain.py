@@ -128,7 +128,7 @@ def test_module_missing_names_the_module_and_tells_own_package_apart(tmp_path: P
     text = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'wandb'\n"
     found = explain(Evidence(text, exit_code=1, project=tmp_path))
     assert found is not None and found.id == "module-missing"
-    assert "wandb" in found.cause and found.fix.startswith("add wandb to the project's requirements")
+    assert "wandb" in found.cause and found.fix.startswith("add wandb to the project's")
     cv2 = explain(Evidence("ModuleNotFoundError: No module named 'cv2'", 1, project=tmp_path))
     assert cv2 is not None and cv2.fix.startswith("add opencv-python-headless to")
     (tmp_path / "src" / "mypkg").mkdir(parents=True)
