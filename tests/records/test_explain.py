@@ -228,3 +228,11 @@ def test_logs_captured_on_an_h200_are_explained_with_its_facts() -> None:
     )
     assert arch is not None and arch.id == "no-kernel-image"
     assert "1x NVIDIA H200 (sm_90)" in arch.fix and "this host runs torch" in arch.fix
+
+
+def test_two_ranks_on_one_gpu_captured_on_an_h200_is_not_a_generic_nccl_error() -> None:
+    text = (LOGS / "h200_nccl_duplicate_gpu.log").read_text()
+    found = explain(Evidence(text, exit_code=1, host=H200))
+    assert found is not None and found.id == "duplicate-gpu"
+    assert "LOCAL_RANK" in found.fix and "--nproc" in found.fix
+    assert found.line is not None and found.line.startswith("[rank0]: Duplicate GPU detected")
