@@ -154,7 +154,7 @@ def rerun(
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
     from gpulaunch.cli.image import _build_with_progress
-    from gpulaunch.cli.jobs import _print_warnings, run_line
+    from gpulaunch.cli.jobs import _exit_with, _print_warnings, run_line
     from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
@@ -197,9 +197,7 @@ def rerun(
             typer.echo(start_detached(job, engine, io, observers))
             return
         code = run_attached(job, engine, io, observers)
-    if code:
-        _err(f"gpulaunch: job exited with {code}")
-    raise typer.Exit(code)
+    _exit_with(code, job)
 
 
 def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: list[str]) -> None:
@@ -212,3 +210,35 @@ def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: 
     now = [mask(str(part)) for part in plan.run.command]
     if not extra and recorded != now:
         _err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")
+
+
+@app.command()
+@handle_errors
+def explain(
+    target: Annotated[
+        str, typer.Argument(metavar="RUN_ID|LOGFILE", help="A run id or a job's log file.")
+    ],
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Why a run failed: its output matched against known failures (cause and fix).
+
+    A run id shows what was found when the run ended (and reads a smoke run's log); a log
+    file is read from its end (the last 64 KiB). Exit 1 when no known cause matches.
+    """
+    from pathlib import Path
+
+    from gpulaunch.records.explain import explain_target
+
+    found, label = explain_target(target, Path.cwd(), lambda: _load(config)[1])
+    if as_json:
+        typer.echo(json.dumps({"target": label, "explanation": found}, indent=2))
+    elif found is not None:
+        typer.echo(f"cause: {found['cause']}")
+        typer.echo(f"fix: {found['fix']}")
+        if found.get("doc"):
+            typer.echo(f"see: {found['doc']}")
+    else:
+        _err(f"{label}: no known cause found")
+    if found is None:
+        raise typer.Exit(1)

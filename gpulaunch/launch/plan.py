@@ -136,6 +136,8 @@ def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: st
         plan.shm_size = str(docker["shm_size"])
         if plan.ipc == "host":
             plan.ipc = None  # a private /dev/shm of that size instead of the host's
+    if docker.get("memory"):
+        plan.memory = str(docker["memory"])
     if docker.get("network") and not cli_network and plan.network is None:
         plan.network = str(docker["network"])
     plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add") or []))
