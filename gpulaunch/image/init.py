@@ -7,7 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulaunch.config import CONFIG_NAME, dump_config, sanitize_name, validate_data
+from gpulaunch.config import (
+    CONFIG_NAME,
+    ProjectConfig,
+    dump_config,
+    sanitize_name,
+    validate_data,
+)
 from gpulaunch.errors import ConfigError, FileExistsRefusal
 from gpulaunch.image import compat
 from gpulaunch.image.compat import HostGpus, matrix
@@ -15,9 +21,10 @@ from gpulaunch.image.render import image_request, render_dockerignore, summarize
 from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import read_project
+from gpulaunch.project.layout import keep_code
 from gpulaunch.project.model import Project
 from gpulaunch.project.reconcile import Choice, reconcile
-from gpulaunch.project.syspkgs import needs
+from gpulaunch.project.syspkgs import COMPILERS, needs
 from gpulaunch.yamlio import atomic_write
 
 HEADER = (
@@ -68,6 +75,13 @@ def _report(project: Project) -> list[str]:
         notes.append(
             f"{local.where}: {local.path} is installed after the project is copied (--no-deps)"
         )
+    if any(local.path == "." for local in project.locals):
+        notes.append("the project itself is installed (pip install --no-deps -e /workspace)")
+    for folder, why in project.import_paths:
+        notes.append(
+            f"the project itself is not installed: /workspace/{folder} goes on PYTHONPATH "
+            f"({why}); add `-e .` to the requirements to install it instead"
+        )
     return notes
 
 
@@ -104,6 +118,7 @@ def run_init(opts: InitOptions) -> InitResult:
         opts.python = opts.python or choice.python
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
+    _toolchain(opts, project, notes)
     if opts.ask is not None:
         chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
@@ -130,6 +145,14 @@ def run_init(opts: InitOptions) -> InitResult:
     name = opts.name or sanitize_name(directory.resolve().name)
     config = validate_data({"version": 1, "name": name, "image": image})
     resolved = resolve(image_request(config))
+    headers = _python_headers(resolved, system)
+    if headers is not None:
+        notes.append(
+            f"system packages {headers}: the headers of the image's Python "
+            f"({resolved.python_source} {resolved.python}), which a compiled package needs"
+        )
+        image["system_packages"] = [*system, headers]
+        config = validate_data({"version": 1, "name": name, "image": image})
     if resolved.cuda and "cuda" not in image:
         notes.append(
             f"CUDA {resolved.cuda}: the project names no CUDA build, so the catalog's default "
@@ -146,17 +169,80 @@ def run_init(opts: InitOptions) -> InitResult:
     )
     config = config.model_copy(update={"image": pinned})
     validate_data(config.model_dump(mode="json"))  # the file we write must load back
+    _renders(config, directory)
 
     atomic_write(config_path, HEADER + dump_config(config), force=opts.force)
     ignore_path = directory / ".dockerignore"
     wrote_ignore = False
     if not ignore_path.exists():
-        atomic_write(ignore_path, render_dockerignore())
+        text, kept, present = keep_code(render_dockerignore(), directory)
+        atomic_write(ignore_path, text)
         wrote_ignore = True
+        notes += [
+            f".dockerignore keeps {name}/ in the build context: {why}" for name, why in kept.items()
+        ]
+        if present:
+            shown = ", ".join(n + "/" if (directory / n).is_dir() else n for n in present)
+            notes.append(f".dockerignore leaves out of the build context: {shown}")
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
+
+
+def _toolchain(opts: InitOptions, project: Project, notes: list[str]) -> None:
+    """A local package whose build imports torch needs torch in the image; a CUDA extension
+    needs nvcc, which only devel (and NGC) images have."""
+    needing = next((b for b in project.builds if not b.isolated), None)
+    if needing is not None and opts.torch == "none":
+        raise ConfigError(
+            f"--torch: none, but the build of {needing.shown} imports torch ({needing.torch})"
+        )
+    cuda = next((b for b in project.builds if b.cuda), None)
+    if cuda is None:
+        return
+    if opts.flavor == "cpu" or opts.cuda == "cpu":
+        notes.append(
+            f"warning: {cuda.shown} builds a CUDA extension ({cuda.cuda}), which a CPU image "
+            "cannot compile (no nvcc): the build fails unless its setup.py skips it"
+        )
+    elif opts.flavor is None:
+        opts.flavor = "devel"
+        notes.append(
+            f"flavor devel (nvcc and the CUDA headers): {cuda.shown} builds a CUDA extension "
+            f"({cuda.cuda})"
+        )
+    elif opts.flavor == "runtime":
+        raise ConfigError(
+            f"--flavor: runtime images have no nvcc, and {cuda.shown} builds a CUDA extension "
+            f"({cuda.cuda}); use --flavor devel"
+        )
+
+
+def _python_headers(resolved: ResolvedImage, system: list[str]) -> str | None:
+    """The package with the image's Python headers, when a compiler is installed for a
+    package that builds an extension (Python.h comes from the interpreter's own -dev
+    package; python:*-slim, NGC and standalone CPython ship them)."""
+    if not any(p in COMPILERS for p in system):
+        return None
+    source = resolved.python_source
+    if source == "deadsnakes":
+        package = f"python{resolved.python}-dev"
+    elif source == "distro" or (source == "image" and resolved.flavor not in ("cpu", "ngc")):
+        package = "python3-dev"  # the OS's Python (a base image of the user's: its python3)
+    else:
+        package = ""
+    return package if package and package not in system else None
+
+
+def _renders(config: ProjectConfig, directory: Path) -> None:
+    """The config init writes must render: a refusal of render is init's, before writing."""
+    from gpulaunch.image.render import plan_image, render_dockerfile
+
+    try:
+        render_dockerfile(plan_image(config, directory, "buildkit"))
+    except ConfigError as err:
+        raise ConfigError(f"init: the config would not render: {err.message}") from None
 
 
 def _system_packages(project: Project, notes: list[str]) -> list[str]:

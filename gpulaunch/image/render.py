@@ -123,8 +123,10 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
         deadsnakes = [f"python{resolved.python}", f"python{resolved.python}-venv"]
     if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes", "standalone"):
         pkgs.append("ca-certificates")
-    pkgs += config.image.system_packages
-    return _unique(pkgs), deadsnakes
+    ppa = f"python{resolved.python}-" if deadsnakes else "\0"  # its -dev is the PPA's too
+    pkgs += [p for p in config.image.system_packages if not p.startswith(ppa)]
+    deadsnakes += [p for p in config.image.system_packages if p.startswith(ppa)]
+    return _unique(pkgs), _unique(deadsnakes)
 
 
 def _torch_install(
@@ -212,6 +214,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
+    import_paths = deps.import_paths if deps else _import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
         "gl_version": __version__,
@@ -242,6 +245,9 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "requirement_edits": deps.edits if deps else [],
         "dependencies": deps.inline if deps else [],
         "local_installs": deps.local_installs if deps else [],
+        "local_builds": deps.local_builds if deps else [],
+        "build_env": _build_env(resolved, deps.cuda_build if deps else False),
+        "python_path": ":".join(["/workspace", *(f"/workspace/{p}" for p in import_paths)]),
         "req_source_flags": req_flags,
         "pip_secrets": sorted(secrets),
         "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
@@ -325,6 +331,9 @@ class _Dependencies:
     edits: list[str]  # sed commands that take local installs out before the project is copied
     inline: list[str]  # PEP 508 texts on pip's command line
     local_installs: list[str]  # pip arguments, installed with --no-deps after the project copy
+    local_builds: list[str]  # the same, built without isolation (their build imports torch)
+    cuda_build: bool  # one of them builds a CUDA extension
+    import_paths: list[str]  # project folders on PYTHONPATH besides the root
 
 
 def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Dependencies:
@@ -360,13 +369,38 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
                 "character"
             )
     locals_: list[str] = []
+    builds: list[str] = []
     for local in model.locals:
         path = _inside(project_dir, local.path, "image.requirements", [])
         rel = path.relative_to(project_dir.resolve()).as_posix()
         target = "/workspace" if rel == "." else f"/workspace/{rel}"
-        locals_.append(("-e " if local.editable else "") + shlex.quote(target))
+        build = model.build_of(local.path)
+        into = builds if build is not None and not build.isolated else locals_
+        into.append(("-e " if local.editable else "") + shlex.quote(target))
     entry_target = copies[0]["target"] if model.entry_kind == "requirements" else None
-    return _Dependencies(entry_target, copies, edits, list(model.inline), locals_)
+    cuda = any(b.cuda and not b.isolated for b in model.builds)
+    paths = [p for p, _ in model.import_paths]
+    return _Dependencies(
+        entry_target, copies, edits, list(model.inline), locals_, builds, cuda, paths
+    )
+
+
+def _import_paths(project_dir: Path) -> list[str]:
+    """A project without image.requirements: its src/ layout still goes on PYTHONPATH."""
+    from gpulaunch.project.layout import import_paths
+
+    return import_paths(project_dir)
+
+
+def _build_env(resolved: ResolvedImage, cuda: bool) -> str:
+    """For a CUDA extension built with no GPU in sight: the archs of the image's torch build
+    (else torch's cpp_extension guesses) and FORCE_CUDA (setup.py files that check
+    torch.cuda.is_available() would skip the extension)."""
+    if not cuda or not resolved.cuda:
+        return ""
+    archs = ";".join(resolved.cuda_archs)
+    arch = f"TORCH_CUDA_ARCH_LIST={shlex.quote(archs)} " if archs else ""
+    return f"{arch}FORCE_CUDA=1 "
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

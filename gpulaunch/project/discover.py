@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.project.layout import find_builds, find_import_paths
 from gpulaunch.project.model import LocalInstall, Project
 from gpulaunch.project.others import (
     read_conda,
@@ -120,6 +121,8 @@ def read_project(root: Path, entry: str | None = None) -> Project:
         if rel not in found:
             project.sources.append(f"{rel} (pip requirements, not installed)")
     _local_dependencies(root, project)
+    find_builds(root, project)
+    find_import_paths(root, project)
     return project
 
 
@@ -135,7 +138,7 @@ def _read_entry(root: Path, rel: str, project: Project) -> None:
     project.entry_kind = reader[0]
     reader[1](root, rel, project, True)
     if project.install_project and not any(loc.path == "." for loc in project.locals):
-        project.locals.append(LocalInstall(".", True, rel))
+        project.add_local(LocalInstall(".", True, rel))
 
 
 def _local_dependencies(root: Path, project: Project) -> None:

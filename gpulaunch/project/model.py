@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -34,6 +35,26 @@ class LocalInstall:
     where: str
 
 
+@dataclass(frozen=True)
+class Build:
+    """What building a local package needs beyond pip's isolated build environment."""
+
+    path: str  # the LocalInstall path
+    torch: str = ""  # why its build imports torch ("setup.py:3 imports torch.utils...")
+    compiles: str = ""  # why it compiles C/C++ ("setup.py:9 CppExtension")
+    cuda: str = ""  # why it needs nvcc ("setup.py:9 CUDAExtension")
+    requires: tuple[str, ...] = ()  # its build requirements other than torch*
+
+    @property
+    def shown(self) -> str:
+        return "the project (.)" if self.path == "." else self.path
+
+    @property
+    def isolated(self) -> bool:
+        """pip's isolated build env has no torch: a build importing torch runs without it."""
+        return not self.torch
+
+
 @dataclass
 class ReqFile:
     """A requirements or constraints file the Dockerfile copies (by its relative path)."""
@@ -60,6 +81,11 @@ class Project:
     inline: list[str] = field(default_factory=list)  # PEP 508 texts given on pip's command line
     files: list[ReqFile] = field(default_factory=list)  # requirements files to copy, entry first
     locals: list[LocalInstall] = field(default_factory=list)
+    builds: list[Build] = field(default_factory=list)  # local packages whose build needs more
+    # project-relative folders put on PYTHONPATH (a src/ layout not installed), with why
+    import_paths: list[tuple[str, str]] = field(default_factory=list)
+    # uv override-dependencies, applied as pip constraints (PEP 508 texts, with where)
+    constraints: list[tuple[str, str]] = field(default_factory=list)
     install_project: bool = False  # the entry is an installable pyproject/setup project
     indexes: list[str] = field(default_factory=list)  # index / find-links URLs the project names
     torch_index: str | None = None  # the index the project takes torch from (uv/poetry/Pipfile)
@@ -71,6 +97,20 @@ class Project:
     def pin(self, name: str) -> Dep | None:
         """The first requirement on `name` (torch, torchvision, torchaudio...)."""
         return next((d for d in self.deps if d.name == name), None)
+
+    def build_of(self, path: str) -> Build | None:
+        return next((b for b in self.builds if b.path == path), None)
+
+    def add_local(self, local: LocalInstall) -> None:
+        """One install per path: pip refuses the same `-e PATH` twice (two requirement files
+        naming it); editable wins when one of them asks for it."""
+        local = LocalInstall(posixpath.normpath(local.path), local.editable, local.where)
+        for i, known in enumerate(self.locals):
+            if known.path == local.path:
+                if local.editable and not known.editable:
+                    self.locals[i] = LocalInstall(known.path, True, known.where)
+                return
+        self.locals.append(local)
 
     def dist_names(self) -> set[str]:
         return {d.name for d in self.deps}

@@ -103,9 +103,7 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
         if "path" in table:
             from gpulaunch.project.model import LocalInstall
 
-            project.locals.append(
-                LocalInstall(str(table["path"]), bool(table.get("editable")), rel)
-            )
+            project.add_local(LocalInstall(str(table["path"]), bool(table.get("editable")), rel))
             continue
         if "git" in table:
             texts.append(f"{name} @ git+{table['git']}")

@@ -109,9 +109,7 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> 
                 project.set_python(spec, where)
             continue
         if "path" in table:
-            project.locals.append(
-                LocalInstall(str(table["path"]), bool(table.get("develop")), where)
-            )
+            project.add_local(LocalInstall(str(table["path"]), bool(table.get("develop")), where))
             continue
         if "git" in table:
             ref = f"@{table['rev']}" if "rev" in table else ""
@@ -154,7 +152,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
             if not isinstance(source, dict) or not _on_linux(source.get("marker")):
                 continue
             if "path" in source:
-                project.locals.append(
+                project.add_local(
                     LocalInstall(str(source["path"]), bool(source.get("editable")), where)
                 )
             elif "index" in source and canonicalize_name(name) == "torch":

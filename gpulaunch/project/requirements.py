@@ -192,7 +192,7 @@ class _Reader:
         if path is None:
             return
         rel = path.relative_to(self.root).as_posix() if path != self.root else "."
-        self.project.locals.append(LocalInstall(rel, editable, where))
+        self.project.add_local(LocalInstall(rel, editable, where))
 
     def requirement(
         self, text: str, where: str, record: ReqFile, line: Line, role: str, hashed: bool
@@ -262,7 +262,7 @@ def read_requirement_texts(texts: list[str], where: str, project: Project) -> No
         spec = str(req.specifier)
         if req.url and req.url.startswith("file:"):
             target = req.url.removeprefix("file:").lstrip("/") or "."
-            project.locals.append(LocalInstall(PurePosixPath(target).as_posix(), False, where))
+            project.add_local(LocalInstall(PurePosixPath(target).as_posix(), False, where))
             continue
         if req.url:
             project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")
