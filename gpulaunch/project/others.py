@@ -38,7 +38,8 @@ _CONDA_SKIP = {
 def read_setup_cfg(root: Path, rel: str, project: Project, entry: bool) -> None:
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(read_text(root / rel, rel))
+        text = read_text(root / rel, rel)
+        parser.read_string(text)
     except configparser.Error as err:
         raise ConfigError(f"{rel}: cannot parse: {err}") from None
     project.sources.append(f"{rel} (setuptools [options])")
@@ -47,13 +48,14 @@ def read_setup_cfg(root: Path, rel: str, project: Project, entry: bool) -> None:
         project.set_python(requires, f"{rel} python_requires")
     lines = parser.get("options", "install_requires", fallback="").splitlines()
     if entry:
-        read_requirement_texts([x.strip() for x in lines if x.strip()], rel, project)
+        read_requirement_texts([x.strip() for x in lines if x.strip()], rel, project, text)
         project.install_project = True
 
 
 def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
     try:
-        tree = ast.parse(read_text(root / rel, rel))
+        source = read_text(root / rel, rel)
+        tree = ast.parse(source)
     except SyntaxError as err:
         project.not_understood.append(f"{rel}: cannot parse ({err.msg})")
         return
@@ -79,7 +81,7 @@ def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
                     )
                     continue
                 if entry and isinstance(value, (list, tuple)):
-                    read_requirement_texts([str(v) for v in value], rel, project)
+                    read_requirement_texts([str(v) for v in value], rel, project, source)
     if entry:
         project.install_project = True
         if not found:
@@ -115,7 +117,7 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
             project.torch_index = index
             project.set_variant(variant_of_url(index), f"{rel} [packages] torch (index {index})")
     if entry:
-        read_requirement_texts(texts, rel, project)
+        read_requirement_texts(texts, rel, project, read_text(root / rel, rel))
     if data.get("dev-packages"):
         project.notes.append(f"{rel}: [dev-packages] not installed")
 
@@ -140,7 +142,8 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
     from gpulaunch.yamlio import parse_yaml_text
 
     try:
-        data = parse_yaml_text(read_text(root / rel, rel), rel)
+        source = read_text(root / rel, rel)
+        data = parse_yaml_text(source, rel)
     except ConfigError as err:
         project.not_understood.append(f"{rel}: {err.message}")
         return
@@ -173,7 +176,7 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
             if name not in _CONDA_TORCH and name not in ("torchvision", "torchaudio"):
                 conda_only.append(name)
     if entry:
-        read_requirement_texts(texts, f"{rel} (conda)", project)
+        read_requirement_texts(texts, f"{rel} (conda)", project, source)
         _pip_section(root, rel, pip_lines, project)
         if conda_only:
             project.notes.append(
@@ -192,7 +195,7 @@ def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> No
             project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
         elif req:
             texts.append(req)
-    read_requirement_texts(texts, f"{rel} pip:", project)
+    read_requirement_texts(texts, f"{rel} pip:", project, read_text(root / rel, rel))
 
 
 def script_block(text: str) -> dict[str, Any] | None:
@@ -216,7 +219,8 @@ def script_block(text: str) -> dict[str, Any] | None:
 
 
 def read_script(root: Path, rel: str, project: Project, entry: bool) -> None:
-    block = script_block(read_text(root / rel, rel))
+    source = read_text(root / rel, rel)
+    block = script_block(source)
     if block is None:
         project.not_understood.append(f"{rel}: a `# /// script` block that is not valid TOML")
         return
@@ -226,4 +230,4 @@ def read_script(root: Path, rel: str, project: Project, entry: bool) -> None:
         project.set_python(requires, f"{rel} requires-python")
     deps = block.get("dependencies")
     if entry and isinstance(deps, list):
-        read_requirement_texts([str(d) for d in deps], rel, project)
+        read_requirement_texts([str(d) for d in deps], rel, project, source)

@@ -77,18 +77,18 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     deps = pep621.get("dependencies")
     texts = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
     if entry:
-        read_requirement_texts(texts, rel, project)
+        read_requirement_texts(texts, rel, project, read_text(root / rel, rel))
         groups = sorted(_table(pep621, "optional-dependencies"))
         if groups:
             project.notes.append(
                 f"{rel}: optional dependency groups not installed: {', '.join(groups)}"
             )
     if poetry:
-        _poetry(rel, poetry, project, entry)
+        _poetry(rel, poetry, project, entry, read_text(root / rel, rel))
     _indexes(rel, data, project)
 
 
-def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> None:
+def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, source: str) -> None:
     sources: dict[Any, str] = {
         s.get("name"): str(s["url"])
         for s in poetry.get("source", [])
@@ -125,12 +125,12 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> 
         extras = table.get("extras")
         extra = f"[{','.join(extras)}]" if isinstance(extras, list) and extras else ""
         texts.append(f"{name}{extra}{spec}")
-        source = sources.get(table.get("source"))
-        if canonicalize_name(name) == "torch" and source:
-            project.torch_index = source
-            project.set_variant(variant_of_url(source), f"{where} (source {source})")
+        index = sources.get(table.get("source"))
+        if canonicalize_name(name) == "torch" and index:
+            project.torch_index = index
+            project.set_variant(variant_of_url(index), f"{where} (source {index})")
     if entry:
-        read_requirement_texts(texts, f"{rel} [tool.poetry]", project)
+        read_requirement_texts(texts, f"{rel} [tool.poetry]", project, source)
     groups = sorted(_table(poetry, "group"))
     if groups:
         project.notes.append(f"{rel}: poetry groups not installed: {', '.join(groups)}")

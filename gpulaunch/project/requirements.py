@@ -248,9 +248,36 @@ def read_requirements(root: Path, entry: str, project: Project) -> None:
     reader.read(path)
 
 
-def read_requirement_texts(texts: list[str], where: str, project: Project) -> None:
-    """PEP 508 strings from pyproject/setup.cfg/Pipfile/conda: deps, locals, variants."""
+def _line_of(source: str, name: str) -> int | None:
+    """The first line of a dependency file that names `name` (`"torch>=2"`, `torch = "^2"`,
+    `- pytorch=2.1`): its number, so a refusal can point at it."""
+    for number, raw in enumerate(source.splitlines(), 1):
+        token = raw.strip().lstrip("-").strip().strip("\"'")
+        for i, char in enumerate(token):
+            if char in "=<>!~[ ;@\"',":
+                token = token[:i]
+                break
+        if token and canonicalize_name(token) in (name, f"py{name}"):
+            return number
+    return None
+
+
+def read_requirement_texts(
+    texts: list[str], where: str, project: Project, source: str | None = None
+) -> None:
+    """PEP 508 strings from pyproject/setup.cfg/Pipfile/conda: deps, locals, variants.
+    `source` (the file's text) gives each its line: `pyproject.toml:7`."""
+    label = where
     for text in texts:
+        where = label
+        if source is not None:
+            try:
+                line = _line_of(source, canonicalize_name(Requirement(text).name))
+            except InvalidRequirement:
+                line = None
+            if line is not None:
+                first, _, rest = label.partition(" ")
+                where = f"{first}:{line}" + (f" {rest}" if rest else "")
         try:
             req = Requirement(text)
         except InvalidRequirement as err:
