@@ -92,8 +92,10 @@ def run_init(opts: InitOptions) -> InitResult:
     config_path = directory / CONFIG_NAME
     if config_path.exists() and not opts.force:
         raise FileExistsRefusal(f"{config_path}: already exists; use --force to overwrite")
-    project = read_project(directory)
-    notes = _report(project)
+    # a CUDA image unless a CPU one is asked: the project's [gpu] extra over its [cpu] one
+    gpu = "cpu" not in (opts.cuda, opts.flavor)
+    project = read_project(directory, gpu=gpu)
+    notes: list[str] = []
     host = compat.probe(opts.env) if opts.env is not None else None
     flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
@@ -118,6 +120,9 @@ def run_init(opts: InitOptions) -> InitResult:
         opts.python = opts.python or choice.python
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
+    if gpu and "cpu" in (opts.cuda, opts.flavor):  # the project chose a CPU build itself
+        project = read_project(directory, gpu=False)
+    notes[:0] = _report(project)
     _toolchain(opts, project, notes)
     if opts.ask is not None:
         chosen = (opts.torch, opts.cuda)

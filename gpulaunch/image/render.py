@@ -20,6 +20,7 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
+from gpulaunch.project import layout
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -168,7 +169,8 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
 
-    deps = _dependencies(project_dir, img.requirements, required) if img.requirements else None
+    gpu = resolved.cuda is not None or resolved.flavor == "ngc"
+    deps = _dependencies(project_dir, img.requirements, required, gpu) if img.requirements else None
 
     if img.ca_cert:
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
@@ -214,7 +216,8 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
-    import_paths = deps.import_paths if deps else _import_paths(project_dir)
+    # without image.requirements, a src/ layout still goes on PYTHONPATH
+    import_paths = deps.import_paths if deps else layout.import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
         "gl_version": __version__,
@@ -336,7 +339,7 @@ class _Dependencies:
     import_paths: list[str]  # project folders on PYTHONPATH besides the root
 
 
-def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Dependencies:
+def _dependencies(project_dir: Path, entry: str, required: list[str], gpu: bool) -> _Dependencies:
     from gpulaunch.project.discover import read_project
     from gpulaunch.textcheck import bad_char
 
@@ -346,7 +349,7 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
     if Path(entry).name == "pyproject.toml":
         _pyproject_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        model = read_project(project_dir, entry)
+        model = read_project(project_dir, entry, gpu)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise
@@ -362,7 +365,10 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
         if req_file.drop:
             ranges = " ".join(f"-e {a},{b}d" if a != b else f"-e {a}d" for a, b in req_file.drop)
             edits.append(f"sed -i {ranges} {shlex.quote(target)}")
-    for text in model.inline:
+    if model.constraints:  # uv overrides, as pip constraints beside the torch* pins
+        lines = " ".join(shlex.quote(text) for text, _ in model.constraints)
+        edits.append(f"printf '%s\\n' {lines} >> /opt/gpulaunch/constraints.txt")
+    for text in [*model.inline, *(text for text, _ in model.constraints)]:
         if bad_char(text) is not None:
             raise ConfigError(
                 f"image.requirements: dependency {text!r} contains a line break or control "
@@ -383,13 +389,6 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
     return _Dependencies(
         entry_target, copies, edits, list(model.inline), locals_, builds, cuda, paths
     )
-
-
-def _import_paths(project_dir: Path) -> list[str]:
-    """A project without image.requirements: its src/ layout still goes on PYTHONPATH."""
-    from gpulaunch.project.layout import import_paths
-
-    return import_paths(project_dir)
 
 
 def _build_env(resolved: ResolvedImage, cuda: bool) -> str:

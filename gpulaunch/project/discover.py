@@ -97,9 +97,10 @@ def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     return sorted(n for n in names if n != entry and n not in read)
 
 
-def read_project(root: Path, entry: str | None = None) -> Project:
-    """The project model of `root`; `entry` (image.requirements) or the first candidate."""
-    project = Project()
+def read_project(root: Path, entry: str | None = None, gpu: bool | None = None) -> Project:
+    """The project model of `root`; `entry` (image.requirements) or the first candidate.
+    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras."""
+    project = Project(gpu=gpu)
     found = candidates(root)
     installs = [
         rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
@@ -113,7 +114,9 @@ def read_project(root: Path, entry: str | None = None) -> Project:
     for rel in found:
         if rel != chosen and rel not in {f.path for f in project.files}:
             reader = _reader_for(rel)
-            if reader is not None:
+            if reader is not None and reader[0] == "script":
+                _script_too(root, rel, project)
+            elif reader is not None:
                 reader[1](root, rel, project, False)
             elif is_requirements_name(rel):
                 project.sources.append(f"{rel} (pip requirements, not installed)")
@@ -124,6 +127,25 @@ def read_project(root: Path, entry: str | None = None) -> Project:
     find_builds(root, project)
     find_import_paths(root, project)
     return project
+
+
+def _script_too(root: Path, rel: str, project: Project) -> None:
+    """A script with a PEP 723 block is run as an entry point: its dependencies are installed
+    beside the entry's (those the entry names already keep the entry's version)."""
+    sub = Project()
+    read_script(root, rel, sub, True)
+    project.sources += sub.sources
+    project.not_understood += sub.not_understood
+    project.set_python(sub.python_spec or "", sub.python_where or "")
+    seen = project.dist_names()
+    added = [d for d in sub.deps if d.name not in seen]
+    project.deps += added
+    project.inline += [d.text for d in added]
+    if added:
+        project.notes.append(
+            f"{rel}: its PEP 723 dependencies are installed too (it is an entry point): "
+            + ", ".join(d.text for d in added)
+        )
 
 
 def _read_entry(root: Path, rel: str, project: Project) -> None:

@@ -92,6 +92,9 @@ class Project:
     python_spec: str | None = None  # a PEP 440 specifier for the interpreter
     python_where: str | None = None
     variant: str | None = None  # "cu118", "cpu", ... the project's torch build
+    # set by the caller before reading: True for a CUDA image (a [gpu]/[cuda] extra is
+    # installed), False for a CPU one (a [cpu] extra), None: neither
+    gpu: bool | None = None
     variant_where: str | None = None
 
     def pin(self, name: str) -> Dep | None:
@@ -170,3 +173,19 @@ def variant_of_version(spec: str) -> str | None:
         return None
     local = spec.split("+", 1)[1].split(",", 1)[0].strip()
     return local if _is_variant(local) else None
+
+
+def pick_extra(names: list[str], gpu: bool | None) -> str | None:
+    """The optional-dependency group a CUDA (gpu=True) or CPU image installs: `gpu`, `cuda`,
+    `cuda12`, `cu121` ... over `cpu` ones, and the reverse."""
+    if gpu is None:
+        return None
+
+    def is_gpu(name: str) -> bool:
+        low = name.lower().replace("_", "-")
+        return low in ("gpu", "cuda") or low.startswith(("cuda", "gpu-")) or _is_variant(low)
+
+    for name in names:
+        if (is_gpu(name) and name.lower() != "cpu") if gpu else name.lower() == "cpu":
+            return name
+    return None

@@ -123,7 +123,9 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
 
 
 def _conda_text(spec: str) -> tuple[str, str]:
-    """ "pytorch=2.1.0" -> ("pytorch", "==2.1.0.*"); "numpy>=1.24" -> ("numpy", ">=1.24")."""
+    """A conda match spec as a name and a PEP 440 specifier: "pytorch=2.1.0" -> ("pytorch",
+    "==2.1.0"), "python >= 3.8" -> ("python", ">=3.8"), "numpy 1.24" -> ("numpy", "==1.24.*");
+    a build string ("=py3.10_cuda11.8_0", "numpy 1.24 py310_0") is dropped."""
     spec = spec.split("::", 1)[-1].strip()
     for i, char in enumerate(spec):
         if char in "=<>!~ ":
@@ -131,11 +133,16 @@ def _conda_text(spec: str) -> tuple[str, str]:
             break
     else:
         return spec, ""
-    rest = rest.split()[0] if rest.split() else ""
-    if rest.startswith("=") and not rest.startswith("=="):
-        version = rest[1:].rstrip("*").rstrip(".")
-        return name, f"=={version}" if version.count(".") >= 2 else f"=={version}.*"
-    return name, rest
+    if rest[:1] in "<>!~" or rest.startswith("=="):
+        rest = "".join(rest.split())  # ">= 3.8, <4" -> ">=3.8,<4"
+        return name, rest
+    if rest.startswith("="):
+        rest = rest[1:]
+    version = rest.split()[0].split("=")[0] if rest.split() else ""
+    version = version.rstrip("*").rstrip(".")
+    if not version:
+        return name, ""
+    return name, f"=={version}" if version.count(".") >= 2 else f"=={version}.*"
 
 
 def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:

@@ -11,7 +11,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import LocalInstall, Project, variant_of_url
+from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, pick_extra, variant_of_url
 from gpulaunch.project.requirements import read_requirement_texts, read_text
 
 
@@ -77,12 +77,21 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     deps = pep621.get("dependencies")
     texts = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
     if entry:
-        read_requirement_texts(texts, rel, project, read_text(root / rel, rel))
-        groups = sorted(_table(pep621, "optional-dependencies"))
+        source = read_text(root / rel, rel)
+        read_requirement_texts(texts, rel, project, source)
+        optional = _table(pep621, "optional-dependencies")
+        picked = pick_extra(sorted(optional), project.gpu)
+        if picked is not None and isinstance(optional[picked], list):
+            image = "a CUDA image" if project.gpu else "a CPU image"
+            project.notes.append(f"{rel}: installing the optional group [{picked}] ({image})")
+            extra = [str(d) for d in optional[picked]]
+            read_requirement_texts(extra, f"{rel} [{picked}]", project, source)
+        groups = sorted(g for g in optional if g != picked)
         if groups:
             project.notes.append(
                 f"{rel}: optional dependency groups not installed: {', '.join(groups)}"
             )
+        _overrides(rel, uv, project)
     if poetry:
         _poetry(rel, poetry, project, entry, read_text(root / rel, rel))
     _indexes(rel, data, project)
@@ -193,3 +202,33 @@ def _name_of(text: str) -> str:
     from packaging.requirements import Requirement
 
     return canonicalize_name(Requirement(text).name)
+
+
+def _overrides(rel: str, uv: dict[str, Any], project: Project) -> None:
+    """uv's override- and constraint-dependencies, applied as pip constraints. pip has no
+    overrides: a dependency that asks otherwise fails the build, naming both. What cannot be
+    a pip constraint (extras, URLs) is refused; torch* stay gpulaunch's to pin."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for key in ("override-dependencies", "constraint-dependencies"):
+        texts = uv.get(key)
+        for text in texts if isinstance(texts, list) else []:
+            where = f"{rel} [tool.uv] {key}"
+            try:
+                req = Requirement(str(text))
+            except InvalidRequirement:
+                req = None
+            if req is None or req.extras or req.url:
+                reason = f"{where}: {text!r} cannot be applied as a pip constraint"
+                project.not_understood.append(reason)
+                project.invalid.append(reason)
+            elif canonicalize_name(req.name) in TORCH_FAMILY:
+                project.notes.append(f"{where}: {text!r} not applied: gpulaunch pins torch*")
+            else:
+                project.constraints.append((str(req), where))
+    if project.constraints:
+        shown = ", ".join(text for text, _ in project.constraints)
+        project.notes.append(
+            f"{rel}: uv overrides applied as pip constraints: {shown} (pip has no overrides: "
+            "a dependency that requires otherwise fails the build)"
+        )
