@@ -143,7 +143,7 @@ def _script_too(root: Path, rel: str, project: Project) -> None:
     project.inline += [d.text for d in added]
     if added:
         project.notes.append(
-            f"{rel}: its PEP 723 dependencies are installed too (it is an entry point): "
+            f"{rel}: its PEP 723 dependencies are installed too (an entry point): "
             + ", ".join(d.text for d in added)
         )
 

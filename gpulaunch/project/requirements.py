@@ -252,7 +252,7 @@ def _line_of(source: str, name: str) -> int | None:
     """The first line of a dependency file that names `name` (`"torch>=2"`, `torch = "^2"`,
     `- pytorch=2.1`): its number, so a refusal can point at it."""
     for number, raw in enumerate(source.splitlines(), 1):
-        token = raw.strip().lstrip("-").strip().strip("\"'")
+        token = raw.strip().lstrip("-").strip().strip("\"'").split("::")[-1]
         for i, char in enumerate(token):
             if char in "=<>!~[ ;@\"',":
                 token = token[:i]

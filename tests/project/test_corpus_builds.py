@@ -1,0 +1,324 @@
+"""Corpus shapes for the classes `init` got wrong on real entry points (issue 24): builds
+that import torch, compiled sdists, one path named twice, conda/uv/extras/PEP 723 forms,
+the project's own package, refusals that help, and the .dockerignore init writes. Each is
+a small file shape modelled on a real project (no third-party code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpulaunch.errors import ConfigError
+from gpulaunch.image.init import InitOptions, run_init
+from project.test_corpus import NEWEST, Shape, _init
+
+CUDA_SETUP = (
+    "import os\nfrom setuptools import setup, find_packages\n"
+    "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n\n"
+    "setup(\n    name='ext',\n    packages=find_packages(),\n"
+    "    ext_modules=[CUDAExtension('ext._C', ['csrc/vision.cpp', 'csrc/nms.cu'])],\n"
+    "    cmdclass={'build_ext': BuildExtension},\n)\n"
+)
+CPP_SETUP = (
+    "from setuptools import setup\nimport torch\n"
+    "from torch.utils import cpp_extension\n\n"
+    "setup(name='lltm', ext_modules=[cpp_extension.CppExtension('lltm', ['lltm.cpp'])],\n"
+    "      cmdclass={'build_ext': cpp_extension.BuildExtension})\n"
+)
+
+SHAPES = [
+    # 1. build isolation (detectron2 / DiT-style `-e .` with a CUDA extension)
+    Shape(
+        "detectron2-cuda-extension",
+        {
+            "requirements.txt": "torch==2.4.1\nnumpy\n-e .\n",
+            "setup.py": CUDA_SETUP,
+            "ext/__init__.py": "",
+        },
+        torch="2.4.1",
+        config={"flavor": "devel"},
+        system=["g++", "python3-dev"],
+        notes=[
+            "the project (.): its build imports torch (setup.py:3 imports "
+            "torch.utils.cpp_extension): installed with --no-build-isolation after torch",
+            "flavor devel (nvcc and the CUDA headers): the project (.) builds a CUDA extension",
+            "system packages python3-dev: the headers of the image's Python",
+        ],
+        render=[
+            "'setuptools>=70.1'",
+            "FORCE_CUDA=1 pip install --no-cache-dir --no-deps --no-build-isolation -e /workspace",
+            "TORCH_CUDA_ARCH_LIST=",
+            "-devel-ubuntu",
+        ],
+        order=["pip install --no-cache-dir torch==2.4.1", "COPY --chown", "--no-build-isolation"],
+    ),
+    Shape(
+        "pyproject-build-requires-torch",
+        {
+            "requirements.txt": "torch==2.5.1\n-e ./kernels\n",
+            "kernels/pyproject.toml": '[build-system]\nrequires = ["setuptools>=61", "wheel", '
+            '"torch"]\nbuild-backend = "setuptools.build_meta"\n'
+            '[project]\nname = "kernels"\nversion = "0.1"\n',
+        },
+        torch="2.5.1",
+        notes=["kernels: its build imports torch (kernels/pyproject.toml [build-system] requires"],
+        render=[
+            "'setuptools>=61,>=70.1' wheel",
+            "--no-deps --no-build-isolation -e /workspace/kernels",
+        ],
+        absent=["FORCE_CUDA"],
+    ),
+    Shape(
+        "cpp-extension-cpu",
+        {"requirements.txt": "torch==2.4.1+cpu\n.\n", "setup.py": CPP_SETUP},
+        torch="2.4.1",
+        cuda="cpu",
+        # python:*-slim ships the headers; the compiler is what it lacks
+        system=["g++"],
+        render=["--no-deps --no-build-isolation /workspace", "g++"],
+        absent=["python3-dev", "FORCE_CUDA"],
+    ),
+    # 2. compiled sdists: the compiler brings the image Python's headers
+    Shape(
+        "insightface-headers",
+        {"requirements.txt": "torch==2.4.1\ninsightface==0.7.3\nonnxruntime-gpu\n"},
+        torch="2.4.1",
+        system=["libgl1", "libglib2.0-0", "g++", "python3-dev"],
+        notes=["system packages python3-dev: the headers of the image's Python (distro 3."],
+        render=["g++ python3-dev"],
+    ),
+    # 3. one path installed once (kohya_ss: requirements.txt and requirements_linux.txt)
+    Shape(
+        "same-editable-twice",
+        {
+            "requirements.txt": "-r requirements_linux.txt\ntorch==2.1.2\n-e ./sd-scripts\n",
+            "requirements_linux.txt": "accelerate==0.25.0\n-e ./sd-scripts\n",
+            "sd-scripts/setup.py": "from setuptools import setup\nsetup(name='library')\n",
+        },
+        torch="2.1.2",
+        render=["--no-deps -e /workspace/sd-scripts\n"],
+        absent=["-e /workspace/sd-scripts -e"],
+    ),
+    # 5. forms of conda / requirements
+    Shape(
+        "conda-spaced-specs",
+        {
+            "environment.yaml": "name: dino\ndependencies:\n  - python >= 3.11, <3.12\n"
+            "  - pytorch::pytorch=2.3.1=py3.10_cuda12.1_cudnn8.9.2_0\n  - pytorch-cuda 12.1\n"
+            "  - numpy 1.26 py310_0\n",
+        },
+        torch="2.3.1",
+        cuda="12.1",
+        python="3.11",
+        notes=["torch pin found in environment.yaml:4 (conda): torch==2.3.1"],
+        render=["numpy==1.26.*"],
+    ),
+    Shape(
+        "uv-override-dependencies",
+        {
+            "pyproject.toml": '[project]\nname = "o"\nversion = "0"\n'
+            'dependencies = ["torch==2.6.0", "zetascale"]\n'
+            '[tool.uv]\noverride-dependencies = ["numpy<2", "torch==2.2.0"]\n',
+        },
+        torch="2.6.0",
+        notes=[
+            "uv overrides applied as pip constraints: numpy<2",
+            "'torch==2.2.0' not applied: gpulaunch pins torch*",
+        ],
+        render=["printf '%s\\n' 'numpy<2' >> /opt/gpulaunch/constraints.txt && "],
+    ),
+    Shape(
+        "gpu-extra-over-cpu",
+        {
+            "pyproject.toml": '[project]\nname = "e"\nversion = "0"\ndependencies = ["numpy"]\n'
+            '[project.optional-dependencies]\ncpu = ["onnxruntime"]\n'
+            'gpu = ["onnxruntime-gpu", "torch>=2.4,<2.6"]\ndev = ["pytest"]\n',
+        },
+        torch="2.5.1",
+        notes=[
+            "installing the optional group [gpu] (a CUDA image)",
+            "optional dependency groups not installed: cpu, dev",
+        ],
+        render=["onnxruntime-gpu"],
+        absent=["onnxruntime "],
+    ),
+    Shape(
+        "pep723-beside-requirements",
+        {
+            "requirements.txt": "torch==2.5.1\n",
+            "sample.py": '# /// script\n# dependencies = ["rich", "torch"]\n# ///\nimport rich\n',
+        },
+        torch="2.5.1",
+        notes=["sample.py: its PEP 723 dependencies are installed too (an entry point): rich"],
+        render=["-r /opt/gpulaunch/req/requirements.txt rich"],
+    ),
+    # 6. the project itself importable
+    Shape(
+        "lightning-src-layout",
+        {
+            "requirements.txt": "torch>=2.1,<2.5\nPyYAML\n",
+            "setup.py": "from setuptools import setup, find_packages\n"
+            "setup(name='lightning', package_dir={'': 'src'}, packages=find_packages('src'))\n",
+            "src/lightning/__init__.py": "",
+            "src/lightning_fabric/__init__.py": "",
+        },
+        torch="2.4.1",
+        notes=[
+            "the project itself is not installed: /workspace/src goes on PYTHONPATH "
+            "(setup.py package_dir: lightning, lightning_fabric)"
+        ],
+        render=["ENV PYTHONPATH=/workspace:/workspace/src${PYTHONPATH:+:$PYTHONPATH}"],
+    ),
+    Shape(
+        "setup-py-entry-installed",
+        {
+            "setup.py": "from setuptools import setup\nsetup(name='m', packages=['m'], "
+            "install_requires=['torch'])\n",
+            "src/m/__init__.py": "",
+        },
+        torch=NEWEST,
+        notes=["the project itself is installed (pip install --no-deps -e /workspace)"],
+        render=["ENV PYTHONPATH=/workspace${PYTHONPATH"],
+    ),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_shape(shape: Shape, tmp_path: Path) -> None:
+    notes, image, text = _init(tmp_path, shape.files)
+    said = "\n".join(notes)
+    if shape.torch is not None:
+        assert image["torch"] == shape.torch, said
+    if shape.cuda is not None:
+        assert image["cuda"] == shape.cuda, said
+    if shape.python is not None:
+        assert image["python"] == shape.python, said
+    for note in shape.notes:
+        assert note in said, note
+    for part in shape.render:
+        assert part in text, part
+    for part in shape.absent:
+        assert part not in text, part
+    positions = [text.index(part) for part in shape.order]
+    assert positions == sorted(positions)
+    if shape.system:
+        assert image["system_packages"] == shape.system
+    for key, value in shape.config.items():
+        assert image[key] == value, key
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+REFUSED = [
+    (
+        "pin-older-than-catalog",
+        {"requirements.txt": "numpy\ntorch==1.7.1\n"},
+        {},
+        "requirements.txt:2: no torch release in the catalog matches torch==1.7.1: it is older "
+        "than every build the catalog has; the oldest is torch 1.13.0 (cpu, cu116, cu117)",
+    ),
+    (
+        "pyproject-pin-line",
+        {
+            "pyproject.toml": '[project]\nname = "x"\nversion = "0"\ndependencies = [\n'
+            '  "numpy",\n  "torch==1.7.1",\n]\n'
+        },
+        {},
+        "pyproject.toml:6: no torch release in the catalog matches torch==1.7.1",
+    ),
+    (
+        "nearest-keeps-python",
+        {
+            "requirements.txt": "torch==2.1.2+cu117\n",
+            "pyproject.toml": '[project]\nname = "x"\nversion = "0"\nrequires-python = ">=3.11"\n',
+        },
+        {},
+        "the catalog has no cu117 build of torch 2.1.2 (builds: cu118, cu121, cpu); nearest: "
+        "torch 2.1.2+cu118 (pass --cuda 11.8 to choose it)",
+    ),
+    (
+        "torch-flag-on-cuda-pin",
+        {"requirements.txt": "torch==2.1.2+cu118\n"},
+        {"torch": "2.8"},
+        "--torch 2.8 (the project's cu118: requirements.txt:1 (torch==2.1.2+cu118)): the catalog "
+        "has no cu118 build of torch 2.8.0 (builds: cu126, cu128, cu129, cpu); nearest: torch "
+        "2.8.0+cu126 (pass --cuda 12.6 to choose it)",
+    ),
+    (
+        "cuda-extension-runtime-flavor",
+        {"requirements.txt": "torch==2.4.1\n-e .\n", "setup.py": CUDA_SETUP},
+        {"flavor": "runtime"},
+        "--flavor: runtime images have no nvcc, and the project (.) builds a CUDA extension",
+    ),
+    (
+        "build-imports-torch-without-torch",
+        {"requirements.txt": "-e .\n", "setup.py": CPP_SETUP},
+        {"torch": "none"},
+        "--torch: none, but the build of the project (.) imports torch (setup.py:2 imports torch)",
+    ),
+    (
+        "uv-override-with-extras",
+        {
+            "pyproject.toml": '[project]\nname = "o"\nversion = "0"\ndependencies = ["torch"]\n'
+            '[tool.uv]\noverride-dependencies = ["uvicorn[standard]==0.30"]\n',
+        },
+        {},
+        "init: the config would not render: image.requirements: pyproject.toml [tool.uv] "
+        "override-dependencies: 'uvicorn[standard]==0.30' cannot be applied as a pip constraint",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "flags", "message"), REFUSED, ids=[r[0] for r in REFUSED]
+)
+def test_refused_with_the_reason(
+    name: str, files: dict[str, str], flags: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    _write(tmp_path, files)
+    with pytest.raises(ConfigError) as info:
+        run_init(InitOptions(directory=tmp_path, **flags))  # type: ignore[arg-type]
+    assert message in info.value.message
+    assert "\n" not in info.value.message
+    assert not (tmp_path / "gpulaunch.yaml").exists()
+
+
+def test_dockerignore_keeps_code_folders_and_says_what_it_ignores(tmp_path: Path) -> None:
+    """nanoGPT's data/ holds prepare scripts, a detectron2-like runs/ is a package: ignoring
+    either makes the import fail in the image. checkpoints/ with weights stays ignored."""
+    _write(
+        tmp_path,
+        {
+            "requirements.txt": "torch==2.4.1\n",
+            "data/__init__.py": "",
+            "data/loader.py": "X = 1\n",
+            "outputs/helpers.py": "Y = 2\n",
+            "train.py": "from data.loader import X\nimport outputs.helpers\n",
+            "checkpoints/model.pt": "",
+            "runs/log.txt": "",
+        },
+    )
+    notes = run_init(InitOptions(directory=tmp_path)).notes
+    lines = (tmp_path / ".dockerignore").read_text().splitlines()
+    assert "data" not in lines and "outputs" not in lines
+    assert "# data  (kept: a Python package (data/__init__.py))" in lines
+    assert "checkpoints" in lines and "runs" in lines
+    said = "\n".join(notes)
+    assert ".dockerignore keeps data/ in the build context: a Python package" in said
+    assert ".dockerignore keeps outputs/ in the build context: Python modules the project " in said
+    assert ".dockerignore leaves out of the build context: checkpoints/, runs/" in said
+
+
+def test_build_context_keeps_the_package_without_a_dockerignore(tmp_path: Path) -> None:
+    """The rules a build uses when the project has no .dockerignore are init's, kept too."""
+    from gpulaunch.image.build import read_dockerignore
+
+    _write(tmp_path, {"data/__init__.py": "", "runs/x.txt": ""})
+    lines = read_dockerignore(tmp_path).splitlines()
+    assert "data" not in lines and "runs" in lines
