@@ -203,6 +203,14 @@ def _toolchain(opts: InitOptions, project: Project, notes: list[str]) -> None:
         raise ConfigError(
             f"--torch: none, but the build of {needing.shown} imports torch ({needing.torch})"
         )
+    editable = {local.path for local in project.locals if local.editable}
+    for build in project.builds:
+        if build.compiles and build.path in editable:
+            notes.append(
+                f"warning: {build.shown} compiles its extension into the project tree at build "
+                "time, and `gpulaunch run` mounts the project over /workspace, hiding it: build "
+                "it in the tree once (gpulaunch run -- python setup.py build_ext --inplace)"
+            )
     cuda = next((b for b in project.builds if b.cuda), None)
     if cuda is None:
         return

@@ -47,7 +47,8 @@ SHAPES = [
         ],
         render=[
             "'setuptools>=70.1'",
-            "FORCE_CUDA=1 pip install --no-cache-dir --no-deps --no-build-isolation -e /workspace",
+            "FORCE_CUDA=1 pip install --no-cache-dir --no-deps --no-build-isolation --use-pep517 "
+            "-e /workspace",
             "TORCH_CUDA_ARCH_LIST=",
             "-devel-ubuntu",
         ],
@@ -65,7 +66,7 @@ SHAPES = [
         notes=["kernels: its build imports torch (kernels/pyproject.toml [build-system] requires"],
         render=[
             "'setuptools>=61,>=70.1' wheel",
-            "--no-deps --no-build-isolation -e /workspace/kernels",
+            "--no-deps --no-build-isolation --use-pep517 -e /workspace/kernels",
         ],
         absent=["FORCE_CUDA"],
     ),
@@ -76,7 +77,7 @@ SHAPES = [
         cuda="cpu",
         # python:*-slim ships the headers; the compiler is what it lacks
         system=["g++"],
-        render=["--no-deps --no-build-isolation /workspace", "g++"],
+        render=["--no-deps --no-build-isolation --use-pep517 /workspace", "g++"],
         absent=["python3-dev", "FORCE_CUDA"],
     ),
     # 2. compiled sdists: the compiler brings the image Python's headers
