@@ -22,7 +22,7 @@ from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import read_project
 from gpulaunch.project.layout import keep_code
-from gpulaunch.project.model import Project
+from gpulaunch.project.model import TORCH_FAMILY, Project
 from gpulaunch.project.reconcile import Choice, reconcile
 from gpulaunch.project.syspkgs import COMPILERS, needs
 from gpulaunch.yamlio import atomic_write
@@ -46,6 +46,9 @@ class InitOptions:
     ask: Callable[[InitOptions], None] | None = None
     # Where NVML is asked (GPULAUNCH_SYSFS_ROOT etc.); None: the host is not looked at.
     env: Mapping[str, str] | None = None
+    # Read what each exactly pinned dependency requires of torch from the package index
+    # (PyPI's JSON API, $GPULAUNCH_PYPI_URL), so a torch they exclude is never chosen.
+    check_pins: bool = False
 
 
 @dataclass
@@ -96,6 +99,8 @@ def run_init(opts: InitOptions) -> InitResult:
     gpu = "cpu" not in (opts.cuda, opts.flavor)
     project = read_project(directory, gpu=gpu)
     notes: list[str] = []
+    if opts.check_pins:
+        notes += _index_constraints(project)
     host = compat.probe(opts.env) if opts.env is not None else None
     flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
@@ -193,6 +198,54 @@ def run_init(opts: InitOptions) -> InitResult:
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
+
+
+PIN_CHECK_TIMEOUT_S = 10.0
+PIN_CHECK_MAX = 40  # exact pins asked about; a long lock file is read by its own lock path
+
+
+def _index_constraints(project: Project) -> list[str]:
+    """Each exactly pinned dependency's own torch requirement, from the index (`zetascale
+    ==2.1.6` requires torch==2.2.0): replayed before the build, so the choice resolves.
+    An index that does not answer is said, and the check stops."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from gpulaunch.outside import pypi
+
+    env = {str(k): str(v) for k, v in default_environment().items()}
+    env.update(sys_platform="linux", platform_system="Linux", extra="")
+    exact = [
+        d
+        for d in project.deps
+        if d.url is None and d.name not in TORCH_FAMILY and _exact_version(d.specifier)
+    ]
+    for dep in exact[:PIN_CHECK_MAX]:
+        version = _exact_version(dep.specifier)
+        try:
+            info = pypi.release(dep.name, version, timeout=PIN_CHECK_TIMEOUT_S).get("info", {})
+        except pypi.Unreachable as err:
+            return [f"warning: pins not checked against the index: {err.message}"]
+        requires = info.get("requires_dist") if isinstance(info, dict) else None
+        for text in requires if isinstance(requires, list) else []:
+            try:
+                req = Requirement(str(text))
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) != "torch" or not req.specifier:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            why = f"{dep.name}=={version} ({dep.where}) requires torch{req.specifier}"
+            project.torch_constraints.append((str(req.specifier), why))
+    return [f"checked {min(len(exact), PIN_CHECK_MAX)} exact pins against the index"]
+
+
+def _exact_version(spec: str) -> str:
+    if spec.startswith("==") and "," not in spec and "*" not in spec:
+        return spec[2:]
+    return ""
 
 
 def _toolchain(opts: InitOptions, project: Project, notes: list[str]) -> None:

@@ -124,9 +124,45 @@ def read_project(root: Path, entry: str | None = None, gpu: bool | None = None) 
         if rel not in found:
             project.sources.append(f"{rel} (pip requirements, not installed)")
     _local_dependencies(root, project)
+    _locked_torch(root, project)
     find_builds(root, project)
     find_import_paths(root, project)
     return project
+
+
+def _locked_torch(root: Path, project: Project) -> None:
+    """The torch a lock file (uv.lock, poetry.lock, pdm.lock) resolved binds init's choice:
+    the other locked packages were resolved against it."""
+    for name in ("uv.lock", "poetry.lock", "pdm.lock"):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = load_toml(path, name)
+        except ConfigError as err:
+            project.not_understood.append(err.message)
+            continue
+        packages = data.get("package")
+        versions: dict[str, int] = {}
+        for package in packages if isinstance(packages, list) else []:
+            if isinstance(package, dict) and package.get("name") == "torch":
+                version = str(package.get("version", "")).split("+", 1)[0]
+                if version:
+                    versions.setdefault(version, 0)
+        if len(versions) == 1:
+            (version,) = versions
+            text = path.read_text(encoding="utf-8", errors="replace")
+            line = next(
+                (i for i, raw in enumerate(text.splitlines(), 1) if raw == 'name = "torch"'), 0
+            )
+            where = f"{name}:{line}" if line else name
+            project.torch_constraints.append((f"=={version}", f"{where} (locks torch {version})"))
+        elif versions:
+            project.notes.append(
+                f"{name}: locks several torch versions ({', '.join(sorted(versions))}); "
+                "none is taken as the project's"
+            )
+        return
 
 
 def _script_too(root: Path, rel: str, project: Project) -> None:

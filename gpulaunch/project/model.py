@@ -84,6 +84,9 @@ class Project:
     builds: list[Build] = field(default_factory=list)  # local packages whose build needs more
     # project-relative folders put on PYTHONPATH (a src/ layout not installed), with why
     import_paths: list[tuple[str, str]] = field(default_factory=list)
+    # what else binds torch's version: a lock file, a -c constraints file, a dependency's
+    # own requirement (init's --check-pins): (PEP 440 specifier, why)
+    torch_constraints: list[tuple[str, str]] = field(default_factory=list)
     # uv override-dependencies, applied as pip constraints (PEP 508 texts, with where)
     constraints: list[tuple[str, str]] = field(default_factory=list)
     install_project: bool = False  # the entry is an installable pyproject/setup project

@@ -111,6 +111,7 @@ def reconcile(
             choice.warnings.append(
                 f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
             )
+    rows = _constrained(project, rows, torch, choice)
     variant = _variant(project, cuda, choice)
     if variant is not None:
         with_variant = [r for r in rows if r.variant == variant]
@@ -121,13 +122,39 @@ def reconcile(
     rows = _companion_rows(project, rows, choice)
     trusted = [r for r in rows if r.confidence != "low"] or rows
     best = max(trusted, key=lambda r: Version(r.torch))
-    if pin is not None or torch is not None:
+    if pin is not None or torch is not None or project.torch_constraints:
         choice.torch = best.torch if torch != "none" else None
     if variant is not None:
         choice.cuda = cuda_of_variant(variant)
     choice.python = _pick_python(project, best, python, default_python(best.torch, choice.cuda))
     _companions(project, best, choice)
     return choice
+
+
+def _constrained(project: Project, rows: list[Row], torch: str | None, choice: Choice) -> list[Row]:
+    """What else binds torch (a lock, a constraints file, a dependency's own requirement):
+    a torch none of them allows would not resolve, so it is never chosen; a conflict is
+    refused naming both sides (warned when --torch chose)."""
+    pin = project.pin("torch")
+    for text, why in project.torch_constraints:
+        spec = _spec(text, why)
+        fitting = [r for r in rows if Version(r.torch) in spec]
+        if fitting:
+            rows = fitting
+            choice.notes.append(f"torch{text}: {why}")
+            continue
+        chosen = f"--torch {torch}" if torch and torch != "none" else None
+        if chosen is None and pin is not None and pin.specifier:
+            chosen = f"torch{pin.specifier} ({pin.where})"
+        if torch is not None:
+            choice.warnings.append(f"{chosen or '--torch'} does not meet torch{text}: {why}")
+            continue
+        raise ConfigError(
+            f"{why}: needs torch{text}, which no torch in the catalog"
+            + (f" matching {chosen}" if chosen else "")
+            + f" meets ({_versions(rows) or 'none'}); change the pins so they agree"
+        )
+    return rows
 
 
 def _outside(spec: SpecifierSet, rows: Sequence[Row]) -> str:

@@ -208,9 +208,12 @@ class _Reader:
             reason = f"{where}: {text!r} is not a requirement ({_first_line(err)})"
             self.project.not_understood.append(reason)
             return
-        if role == "c":
-            return  # constraints limit versions; they install nothing
         name = canonicalize_name(req.name)
+        if role == "c":  # constraints install nothing, but a torch one binds the choice
+            if name == "torch" and req.specifier:
+                why = f"{where} (constraint torch{req.specifier})"
+                self.project.torch_constraints.append((str(req.specifier), why))
+            return
         spec = str(req.specifier)
         if req.url:
             wheel = wheel_name(req.url)

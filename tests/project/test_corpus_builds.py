@@ -154,6 +154,27 @@ SHAPES = [
         notes=["sample.py: its PEP 723 dependencies are installed too (an entry point): rich"],
         render=["-r /opt/gpulaunch/req/requirements.txt rich"],
     ),
+    # 4. what else binds torch: a lock file, a constraints file
+    Shape(
+        "uv-lock-binds-torch",
+        {
+            "pyproject.toml": '[project]\nname = "l"\nversion = "0"\n'
+            'dependencies = ["torch>=2.1", "numpy"]\n',
+            "uv.lock": 'version = 1\n\n[[package]]\nname = "numpy"\nversion = "1.26.4"\n\n'
+            '[[package]]\nname = "torch"\nversion = "2.4.1"\n',
+        },
+        torch="2.4.1",
+        notes=["torch==2.4.1: uv.lock:8 (locks torch 2.4.1)"],
+    ),
+    Shape(
+        "constraints-file-binds-torch",
+        {
+            "requirements.txt": "-c constraints.txt\ntorch\nnumpy\n",
+            "constraints.txt": "numpy<2\ntorch==2.3.1\n",
+        },
+        torch="2.3.1",
+        notes=["torch==2.3.1: constraints.txt:2 (constraint torch==2.3.1)"],
+    ),
     # 6. the project itself importable
     Shape(
         "lightning-src-layout",
@@ -264,6 +285,16 @@ REFUSED = [
         "--torch: none, but the build of the project (.) imports torch (setup.py:2 imports torch)",
     ),
     (
+        "constraint-conflicts-with-pin",
+        {
+            "requirements.txt": "-c constraints.txt\ntorch>=2.4\n",
+            "constraints.txt": "torch==2.2.0\n",
+        },
+        {},
+        "constraints.txt:1 (constraint torch==2.2.0): needs torch==2.2.0, which no torch in the "
+        "catalog matching torch>=2.4 (requirements.txt:2) meets",
+    ),
+    (
         "uv-override-with-extras",
         {
             "pyproject.toml": '[project]\nname = "o"\nversion = "0"\ndependencies = ["torch"]\n'
@@ -323,3 +354,49 @@ def test_build_context_keeps_the_package_without_a_dockerignore(tmp_path: Path) 
     _write(tmp_path, {"data/__init__.py": "", "runs/x.txt": ""})
     lines = read_dockerignore(tmp_path).splitlines()
     assert "data" not in lines and "runs" in lines
+
+
+ZETA = {"info": {"name": "zetascale", "version": "2.1.6", "requires_dist": [
+    "torch==2.2.0", "numpy", "pytest; extra == 'dev'", "torch==1.0; sys_platform == 'win32'"
+]}}  # fmt: skip
+
+
+def test_check_pins_replays_a_dependency_torch_requirement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zetascale==2.1.6 requires torch==2.2.0: with --check-pins init chooses that torch
+    (PyPI's JSON answers from a local fake), and refuses when the project's own pin excludes
+    it, naming both."""
+    from catalog.fake_pypi import FakeIndex, serve
+
+    with serve(FakeIndex()) as fake:
+        fake.pages["/pypi/zetascale/2.1.6/json"] = ZETA
+        monkeypatch.setenv("GPULAUNCH_PYPI_URL", f"{fake.url}/pypi")
+        _write(tmp_path / "ok", {"requirements.txt": "zetascale==2.1.6\ntorch\nnumpy==1.26.4\n"})
+        result = run_init(InitOptions(directory=tmp_path / "ok", check_pins=True))
+        said = "\n".join(result.notes)
+        assert "torch==2.2.0: zetascale==2.1.6 (requirements.txt:1) requires torch==2.2.0" in said
+        assert 'torch: "2.2.0"' in (tmp_path / "ok" / "gpulaunch.yaml").read_text()
+        assert fake.hits == ["/pypi/zetascale/2.1.6/json", "/pypi/numpy/1.26.4/json"]
+
+        _write(tmp_path / "no", {"requirements.txt": "zetascale==2.1.6\ntorch>=2.4\n"})
+        with pytest.raises(ConfigError) as info:
+            run_init(InitOptions(directory=tmp_path / "no", check_pins=True))
+        assert info.value.message.startswith(
+            "zetascale==2.1.6 (requirements.txt:1) requires torch==2.2.0: needs torch==2.2.0, "
+            "which no torch in the catalog matching torch>=2.4 (requirements.txt:2) meets"
+        )
+    assert not (tmp_path / "no" / "gpulaunch.yaml").exists()
+
+
+def test_check_pins_with_no_index_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("GPULAUNCH_PYPI_URL", f"http://127.0.0.1:{port}/pypi")
+    _write(tmp_path, {"requirements.txt": "zetascale==2.1.6\ntorch==2.5.1\n"})
+    result = run_init(InitOptions(directory=tmp_path, check_pins=True))
+    assert any(n.startswith("warning: pins not checked against the index: ") for n in result.notes)
+    assert 'torch: "2.5.1"' in (tmp_path / "gpulaunch.yaml").read_text()
