@@ -174,6 +174,13 @@ def find_import_paths(root: Path, project: Project) -> None:
             shown = ", ".join(packages[:3]) + (", ..." if len(packages) > 3 else "")
             project.import_paths.append((folder, f"{why}: {shown}"))
             return
+    packaged = [n for n in ("setup.py", "pyproject.toml") if (root / n).is_file()]
+    if packaged and _packages_in(root):
+        project.notes.append(
+            f"the project itself is not installed ({packaged[0]} is not what "
+            f"{project.entry or 'the image'} installs): its packages "
+            f"({', '.join(_packages_in(root)[:3])}) import from /workspace on PYTHONPATH"
+        )
 
 
 def _python_files(root: Path) -> Iterator[Path]:

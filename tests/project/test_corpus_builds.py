@@ -193,6 +193,20 @@ SHAPES = [
         render=["ENV PYTHONPATH=/workspace:/workspace/src${PYTHONPATH:+:$PYTHONPATH}"],
     ),
     Shape(
+        "setup-py-beside-requirements",
+        {
+            "requirements.txt": "torch==2.5.1\n",
+            "setup.py": "from setuptools import setup\nsetup(name='vae', packages=['vae'])\n",
+            "vae/__init__.py": "",
+        },
+        torch="2.5.1",
+        notes=[
+            "the project itself is not installed (setup.py is not what requirements.txt "
+            "installs): its packages (vae) import from /workspace on PYTHONPATH"
+        ],
+        absent=["-e /workspace"],
+    ),
+    Shape(
         "setup-py-entry-installed",
         {
             "setup.py": "from setuptools import setup\nsetup(name='m', packages=['m'], "
