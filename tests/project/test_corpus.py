@@ -15,7 +15,11 @@ from gpulaunch.image.compat import matrix
 from gpulaunch.image.init import InitOptions, run_init
 from gpulaunch.image.render import plan_image, render_dockerfile
 
-NEWEST = max({r.torch for r in matrix()}, key=lambda v: tuple(int(x) for x in v.split(".")))
+# the newest torch a default picks: one with a CUDA build whose image's driver rule is NVIDIA's
+NEWEST = max(
+    {r.torch for r in matrix() if r.cuda and r.driver_verified},
+    key=lambda v: tuple(int(x) for x in v.split(".")),
+)
 PYPROJECT_PKG = (
     '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
 )
