@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import Project, variant_of_url
+from gpulaunch.project.model import Project, pick_extra, variant_of_url
 from gpulaunch.project.pyproject import load_toml
 from gpulaunch.project.requirements import read_requirement_texts, read_text
 
@@ -82,10 +82,29 @@ def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
                     continue
                 if entry and isinstance(value, (list, tuple)):
                     read_requirement_texts([str(v) for v in value], rel, project, source)
+            if kw.arg == "extras_require" and entry:
+                _setup_extras(rel, kw.value, project, source)
     if entry:
         project.install_project = True
         if not found:
             project.notes.append(f"{rel}: no install_requires found")
+
+
+def _setup_extras(rel: str, node: ast.expr, project: Project, source: str) -> None:
+    """setup.py's literal extras_require: the [gpu]/[cuda] group for a CUDA image, [cpu]
+    for a CPU one (pyproject's optional-dependencies have the same rule)."""
+    try:
+        extras = ast.literal_eval(node)
+    except ValueError:
+        return
+    if not isinstance(extras, dict):
+        return
+    picked = pick_extra(sorted(str(k) for k in extras), project.gpu)
+    if picked is not None and isinstance(extras[picked], (list, tuple)):
+        image = "a CUDA image" if project.gpu else "a CPU image"
+        project.notes.append(f"{rel}: installing the extra [{picked}] ({image})")
+        texts = [str(v) for v in extras[picked]]
+        read_requirement_texts(texts, f"{rel} [{picked}]", project, source)
 
 
 def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:

@@ -145,6 +145,18 @@ SHAPES = [
         absent=["onnxruntime "],
     ),
     Shape(
+        "setup-py-cuda-extra",
+        {
+            "setup.py": "from setuptools import setup\nsetup(name='s', install_requires=["
+            "'torch==2.4.1'],\n      extras_require={'cpu': ['faiss-cpu'], 'cuda': "
+            "['faiss-gpu', 'cupy-cuda12x']})\n",
+        },
+        torch="2.4.1",
+        notes=["setup.py: installing the extra [cuda] (a CUDA image)"],
+        render=["faiss-gpu cupy-cuda12x"],
+        absent=["faiss-cpu"],
+    ),
+    Shape(
         "pep723-beside-requirements",
         {
             "requirements.txt": "torch==2.5.1\n",
@@ -414,3 +426,17 @@ def test_check_pins_with_no_index_says_so(tmp_path: Path, monkeypatch: pytest.Mo
     result = run_init(InitOptions(directory=tmp_path, check_pins=True))
     assert any(n.startswith("warning: pins not checked against the index: ") for n in result.notes)
     assert 'torch: "2.5.1"' in (tmp_path / "gpulaunch.yaml").read_text()
+
+
+def test_cpu_image_takes_the_cpu_extra(tmp_path: Path) -> None:
+    """The same project as gpu-extra-over-cpu, with --cuda cpu: init and render both take
+    [cpu] (render decides from the resolved image, so the two agree)."""
+    from gpulaunch.config import load_config
+    from gpulaunch.image.render import plan_image, render_dockerfile
+
+    shape = next(s for s in SHAPES if s.name == "gpu-extra-over-cpu")
+    _write(tmp_path, shape.files)
+    result = run_init(InitOptions(directory=tmp_path, cuda="cpu", torch="2.5.1"))
+    assert "pyproject.toml: installing the optional group [cpu] (a CPU image)" in result.notes
+    text = render_dockerfile(plan_image(load_config(result.config_path), tmp_path, "classic"))
+    assert " onnxruntime" in text and "onnxruntime-gpu" not in text
