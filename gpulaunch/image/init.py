@@ -179,7 +179,7 @@ def run_init(opts: InitOptions) -> InitResult:
     )
     config = config.model_copy(update={"image": pinned})
     validate_data(config.model_dump(mode="json"))  # the file we write must load back
-    _renders(config, directory)
+    _renders(config, directory, project)
 
     atomic_write(config_path, HEADER + dump_config(config), force=opts.force)
     ignore_path = directory / ".dockerignore"
@@ -301,12 +301,12 @@ def _python_headers(resolved: ResolvedImage, system: list[str]) -> str | None:
     return package if package and package not in system else None
 
 
-def _renders(config: ProjectConfig, directory: Path) -> None:
+def _renders(config: ProjectConfig, directory: Path, project: Project) -> None:
     """The config init writes must render: a refusal of render is init's, before writing."""
     from gpulaunch.image.render import plan_image, render_dockerfile
 
     try:
-        render_dockerfile(plan_image(config, directory, "buildkit"))
+        render_dockerfile(plan_image(config, directory, "buildkit", project))
     except ConfigError as err:
         raise ConfigError(f"init: the config would not render: {err.message}") from None
 

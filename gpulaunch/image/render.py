@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,11 +20,13 @@ from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project import layout
+from gpulaunch.project.pyproject import strict_dependencies
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
     from gpulaunch.config import ProjectConfig
+    from gpulaunch.project.model import Project
 
 Builder = Literal["buildkit", "classic"]
 WHEEL_MOUNT = "/opt/gpulaunch/find-links"
@@ -94,25 +95,6 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _pyproject_dependencies(path: Path) -> list[str]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
-    table = data.get("project", {})
-    deps = table.get("dependencies", []) if isinstance(table, dict) else None
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
-    from gpulaunch.textcheck import bad_char
-
-    for dep in deps:
-        if bad_char(dep) is not None:
-            raise ConfigError(
-                f"image.requirements: dependency {dep!r} contains a line break or control character"
-            )
-    return list(deps)
-
-
 def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[str], list[str]]:
     """(packages from the base OS, packages from the deadsnakes PPA)."""
     pkgs: list[str] = []
@@ -155,8 +137,12 @@ def _links_flags(config: ProjectConfig, links: list[dict[str, str]]) -> str:
     return (" --no-index" + flags) if config.image.pip.no_index else flags
 
 
-def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> ImagePlan:
-    """Resolve versions and compute the template context for one builder."""
+def plan_image(
+    config: ProjectConfig, project_dir: Path, builder: Builder, known: Project | None = None
+) -> ImagePlan:
+    """Resolve versions and compute the template context for one builder (`known`: the
+    project as the caller just read it, used when it read the same entry for the same GPU
+    choice)."""
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
@@ -170,7 +156,8 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
 
     gpu = resolved.cuda is not None or resolved.flavor == "ngc"
-    deps = _dependencies(project_dir, img.requirements, required, gpu) if img.requirements else None
+    entry = img.requirements
+    deps = _dependencies(project_dir, entry, required, gpu, known) if entry else None
 
     if img.ca_cert:
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
@@ -339,7 +326,9 @@ class _Dependencies:
     import_paths: list[str]  # project folders on PYTHONPATH besides the root
 
 
-def _dependencies(project_dir: Path, entry: str, required: list[str], gpu: bool) -> _Dependencies:
+def _dependencies(
+    project_dir: Path, entry: str, required: list[str], gpu: bool, known: Project | None
+) -> _Dependencies:
     from gpulaunch.project.discover import read_project
     from gpulaunch.textcheck import bad_char
 
@@ -347,9 +336,10 @@ def _dependencies(project_dir: Path, entry: str, required: list[str], gpu: bool)
     if not entry_path.is_file():
         raise ConfigError(f"image.requirements: {entry!r} not found in the project")
     if Path(entry).name == "pyproject.toml":
-        _pyproject_dependencies(entry_path)  # the strict checks on [project].dependencies
+        strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        model = read_project(project_dir, entry, gpu)
+        same = known is not None and (known.entry, known.gpu) == (entry, gpu)
+        model = known if known is not None and same else read_project(project_dir, entry, gpu)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise

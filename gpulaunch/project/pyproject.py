@@ -232,3 +232,23 @@ def _overrides(rel: str, uv: dict[str, Any], project: Project) -> None:
             f"{rel}: uv overrides applied as pip constraints: {shown} (pip has no overrides: "
             "a dependency that requires otherwise fails the build)"
         )
+
+
+def strict_dependencies(path: Path) -> list[str]:
+    """[project].dependencies as render needs them: a list of single-line strings."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
+    table = data.get("project", {})
+    deps = table.get("dependencies", []) if isinstance(table, dict) else None
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
+    from gpulaunch.textcheck import bad_char
+
+    for dep in deps:
+        if bad_char(dep) is not None:
+            raise ConfigError(
+                f"image.requirements: dependency {dep!r} contains a line break or control character"
+            )
+    return list(deps)
