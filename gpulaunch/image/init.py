@@ -180,6 +180,8 @@ def run_init(opts: InitOptions) -> InitResult:
     config = config.model_copy(update={"image": pinned})
     validate_data(config.model_dump(mode="json"))  # the file we write must load back
     _renders(config, directory, project)
+    if opts.check_pins and resolved.torch:
+        notes.append(_replay(project, resolved.torch))
 
     atomic_write(config_path, HEADER + dump_config(config), force=opts.force)
     ignore_path = directory / ".dockerignore"
@@ -226,6 +228,8 @@ def _index_constraints(project: Project) -> list[str]:
         try:
             info = pypi.release(dep.name, version, timeout=PIN_CHECK_TIMEOUT_S).get("info", {})
         except pypi.Unreachable as err:
+            if err.message.endswith(": HTTP 404"):  # not on this index: nothing it says
+                continue
             return [f"warning: pins not checked against the index: {err.message}"]
         requires = info.get("requires_dist") if isinstance(info, dict) else None
         for text in requires if isinstance(requires, list) else []:
@@ -240,6 +244,29 @@ def _index_constraints(project: Project) -> list[str]:
             why = f"{dep.name}=={version} ({dep.where}) requires torch{req.specifier}"
             project.torch_constraints.append((str(req.specifier), why))
     return [f"checked {min(len(exact), PIN_CHECK_MAX)} exact pins against the index"]
+
+
+def _replay(project: Project, torch: str) -> str:
+    """pip's own resolution of the project's requirements with the torch chosen (a dry
+    run for this machine's interpreter: markers are evaluated here, not in the image)."""
+    import platform
+
+    from gpulaunch.outside import pip
+
+    texts = [d.text for d in project.deps if d.url is None and d.name not in TORCH_FAMILY]
+    try:
+        answer = pip.dry_run([*texts, f"torch=={torch}"])
+    except pip.PipUnavailable as err:
+        return f"warning: the resolution was not replayed: {err.message}"
+    if not answer.ok:
+        raise ConfigError(
+            f"--check-pins: pip cannot install torch {torch} with the requirements of "
+            f"{project.entry}: {answer.conflict}"
+        )
+    return (
+        f"pip resolves torch {torch} with the {len(texts)} requirements of {project.entry} "
+        f"(a dry run for this machine's Python {platform.python_version()})"
+    )
 
 
 def _exact_version(spec: str) -> str:

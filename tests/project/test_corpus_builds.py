@@ -395,6 +395,11 @@ def test_check_pins_replays_a_dependency_torch_requirement(
     it, naming both."""
     from catalog.fake_pypi import FakeIndex, serve
 
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip's replay reads only these fake wheels
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    _fake_wheel(tmp_path / "wheels", "torch", "2.2.0")
+    _fake_wheel(tmp_path / "wheels", "numpy", "1.26.4")
+    _fake_wheel(tmp_path / "wheels", "zetascale", "2.1.6", ("torch==2.2.0", "numpy"))
     with serve(FakeIndex()) as fake:
         fake.pages["/pypi/zetascale/2.1.6/json"] = ZETA
         monkeypatch.setenv("GPULAUNCH_PYPI_URL", f"{fake.url}/pypi")
@@ -404,6 +409,8 @@ def test_check_pins_replays_a_dependency_torch_requirement(
         assert "torch==2.2.0: zetascale==2.1.6 (requirements.txt:1) requires torch==2.2.0" in said
         assert 'torch: "2.2.0"' in (tmp_path / "ok" / "gpulaunch.yaml").read_text()
         assert fake.hits == ["/pypi/zetascale/2.1.6/json", "/pypi/numpy/1.26.4/json"]
+        assert "pip resolves torch 2.2.0 with the 2 requirements of requirements.txt" in said
+        assert "pins not checked" not in said
 
         _write(tmp_path / "no", {"requirements.txt": "zetascale==2.1.6\ntorch>=2.4\n"})
         with pytest.raises(ConfigError) as info:
@@ -422,10 +429,16 @@ def test_check_pins_with_no_index_says_so(tmp_path: Path, monkeypatch: pytest.Mo
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setenv("GPULAUNCH_PYPI_URL", f"http://127.0.0.1:{port}/pypi")
-    _write(tmp_path, {"requirements.txt": "zetascale==2.1.6\ntorch==2.5.1\n"})
-    result = run_init(InitOptions(directory=tmp_path, check_pins=True))
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    _write(tmp_path / "p", {"requirements.txt": "zetascale==2.1.6\ntorch==2.5.1\n"})
+    result = run_init(InitOptions(directory=tmp_path / "p", check_pins=True))
     assert any(n.startswith("warning: pins not checked against the index: ") for n in result.notes)
-    assert 'torch: "2.5.1"' in (tmp_path / "gpulaunch.yaml").read_text()
+    assert any(
+        n.startswith("warning: the resolution was not replayed: pip could not resolve: ")
+        for n in result.notes
+    ), result.notes
+    assert 'torch: "2.5.1"' in (tmp_path / "p" / "gpulaunch.yaml").read_text()
 
 
 def test_cpu_image_takes_the_cpu_extra(tmp_path: Path) -> None:
@@ -440,3 +453,53 @@ def test_cpu_image_takes_the_cpu_extra(tmp_path: Path) -> None:
     assert "pyproject.toml: installing the optional group [cpu] (a CPU image)" in result.notes
     text = render_dockerfile(plan_image(load_config(result.config_path), tmp_path, "classic"))
     assert " onnxruntime" in text and "onnxruntime-gpu" not in text
+
+
+def _fake_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{dist}-{version}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{dist}_fake/__init__.py", "")
+        whl.writestr(f"{info}/METADATA", meta)
+        wheel = "Wheel-Version: 1.0\nGenerator: fake\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        whl.writestr(f"{info}/WHEEL", wheel)
+        whl.writestr(f"{info}/RECORD", "")
+
+
+def test_check_pins_replays_pip_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --check-pins, pip's own dry run (against a folder of fake wheels here) replays the
+    resolution with the torch chosen: a pin pip cannot satisfy is refused with pip's reason;
+    one it can is said."""
+    import socket
+
+    wheels = tmp_path / "wheels"
+    for version in ("2.2.0", "2.5.1"):
+        _fake_wheel(wheels, "torch", version)
+    _fake_wheel(wheels, "zetascale", "2.1.6", ("torch==2.2.0",))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    with socket.socket() as sock:  # no JSON index: only pip's replay speaks
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("GPULAUNCH_PYPI_URL", f"http://127.0.0.1:{sock.getsockname()[1]}")
+
+    _write(tmp_path / "no", {"requirements.txt": "zetascale==2.1.6\ntorch==2.5.1\n"})
+    with pytest.raises(ConfigError) as info:
+        run_init(InitOptions(directory=tmp_path / "no", check_pins=True))
+    message = info.value.message
+    assert message.startswith(
+        "--check-pins: pip cannot install torch 2.5.1 with the requirements of requirements.txt: "
+    )
+    assert "zetascale 2.1.6 depends on torch==2.2.0" in message and "\n" not in message
+    assert not (tmp_path / "no" / "gpulaunch.yaml").exists()
+
+    _write(tmp_path / "ok", {"requirements.txt": "zetascale==2.1.6\ntorch==2.2.0\n"})
+    notes = run_init(InitOptions(directory=tmp_path / "ok", check_pins=True)).notes
+    assert any(
+        n.startswith("pip resolves torch 2.2.0 with the 1 requirements of requirements.txt")
+        for n in notes
+    ), notes
