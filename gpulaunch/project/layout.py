@@ -230,7 +230,9 @@ def code_folders(root: Path, names: list[str]) -> dict[str, str]:
             continue
         if imported is None:
             imported = imported_names(root)
-        if name in imported and any(folder.glob("*.py")):
+        if name in imported and any(
+            p for pattern in ("*.py", "*/*.py") for p in folder.glob(pattern)
+        ):
             kept[name] = f"Python modules the project imports (import {name})"
     return kept
 

@@ -357,20 +357,23 @@ def test_dockerignore_keeps_code_folders_and_says_what_it_ignores(tmp_path: Path
             "data/__init__.py": "",
             "data/loader.py": "X = 1\n",
             "outputs/helpers.py": "Y = 2\n",
-            "train.py": "from data.loader import X\nimport outputs.helpers\n",
+            "runs/registry/__init__.py": "",  # a namespace folder: imported, no __init__.py
+            "train.py": "from data.loader import X\nimport outputs.helpers\n"
+            "from runs.registry import *\n",
             "checkpoints/model.pt": "",
-            "runs/log.txt": "",
+            "wandb/log.txt": "",
         },
     )
     notes = run_init(InitOptions(directory=tmp_path)).notes
     lines = (tmp_path / ".dockerignore").read_text().splitlines()
-    assert "data" not in lines and "outputs" not in lines
+    assert "data" not in lines and "outputs" not in lines and "runs" not in lines
     assert "# data  (kept: a Python package (data/__init__.py))" in lines
-    assert "checkpoints" in lines and "runs" in lines
+    assert "# runs  (kept: Python modules the project imports (import runs))" in lines
+    assert "checkpoints" in lines and "wandb" in lines
     said = "\n".join(notes)
     assert ".dockerignore keeps data/ in the build context: a Python package" in said
     assert ".dockerignore keeps outputs/ in the build context: Python modules the project " in said
-    assert ".dockerignore leaves out of the build context: checkpoints/, runs/" in said
+    assert ".dockerignore leaves out of the build context: checkpoints/, wandb/" in said
 
 
 def test_build_context_keeps_the_package_without_a_dockerignore(tmp_path: Path) -> None:
