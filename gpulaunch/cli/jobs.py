@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,6 @@ from gpulaunch.cli.app import (
     ConfigOpt,
     NetworkOpt,
     SetOpt,
-    _check_network,
     _check_single_line,
     _engine,
     _err,
@@ -144,26 +144,10 @@ def run(
     Any other command: gpulaunch run -- python -m my.module --flag
     """
     from gpulaunch.jobs.execute import JobIO, JobSpec, plan_job, standard_observers
+    from gpulaunch.jobs.options import check_options, check_price
     from gpulaunch.launch.plan import RunOptions
 
-    _check_network(network)
-    _check_single_line(
-        {
-            "--gpus": gpus,
-            "--profile": profile,
-            "--nccl": nccl,
-            "--nccl-ifname": nccl_ifname,
-            "--numa": numa,
-            "--precision": precision,
-            "--price": price,
-            "--rdzv-endpoint": rdzv_endpoint,
-            "--rdzv-id": rdzv_id,
-            "--local-addr": local_addr,
-        }
-    )
-    price = _check_price(price)
-    if detach and no_container:
-        raise ConfigError("--detach: not available with --no-container")
+    _check_single_line({"--price": price})
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
     rest = list(args or [])
     command: list[str] = []
@@ -173,7 +157,6 @@ def run(
             raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
     elif tail is not None:
         rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
-    cfg, project = _load(config, sets)
     opts = RunOptions(
         script=script,
         args=rest,
@@ -199,10 +182,9 @@ def run(
         local_addr=local_addr,
         image=image,
     )
-    if image is not None:
-        from gpulaunch.export.images import parse_ref
-
-        parse_ref(image, "--image")
+    check_options(opts)  # the same checks `rerun` applies to a record's options
+    price = check_price(price)
+    cfg, project = _load(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:
         _dry_run(spec, as_json, detach)
@@ -252,15 +234,6 @@ def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) 
     return code
 
 
-def _check_price(price: str | None) -> str | None:
-    from gpulaunch.config import parse_price
-
-    try:
-        return None if price is None else parse_price(price)
-    except ValueError as err:
-        raise ConfigError(f"--price: {err}") from None
-
-
 def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
@@ -289,7 +262,6 @@ def _print_warnings(plan: Any) -> None:
 
 
 def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
-    from gpulaunch.engine.runspec import docker_run_argv, shell_line
     from gpulaunch.image.build import dry_run_text
     from gpulaunch.launch.plan import dry_run_json
     from gpulaunch.masking import mask, mask_data, mask_env
@@ -305,14 +277,26 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
         typer.echo(f"#   {key}={shown[key]}  ({item.source})")
     if prepared is None:
         typer.echo("# command (host)")
-        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
-        typer.echo(mask(shell_line(["env", *env_args, *plan.run.command])))
+        typer.echo(run_line(plan, detach))
         return
     typer.echo("# build (skipped when the tag exists)")
     typer.echo(dry_run_text(prepared, cli), nl=False)
     typer.echo("# run")
-    run_argv = docker_run_argv(plan.run, detach=detach)
-    typer.echo(mask(shell_line([mask(a) if a.count("=") else a for a in run_argv])))
+    typer.echo(run_line(plan, detach))
+
+
+def run_line(plan: Any, detach: bool = False) -> str:
+    """What a plan runs, as one shell line with secrets masked: `env ... CMD` on the host, the
+    `docker run` line for a container (what --dry-run prints and `rerun` shows first)."""
+    from gpulaunch.engine.runspec import docker_run_argv, shell_line
+    from gpulaunch.masking import mask, mask_env
+
+    if plan.host_mode:
+        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
+        return mask(shell_line(["env", *env_args, *plan.run.command]))
+    shown = dataclasses.replace(plan.run, env=mask_env(plan.run.env))
+    run_argv = docker_run_argv(shown, detach=detach)
+    return mask(shell_line([mask(a) if a.count("=") else a for a in run_argv]))
 
 
 @app.command()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +20,7 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
+from gpulaunch.masking import has_userinfo, is_secret_name
 from gpulaunch.project import layout
 from gpulaunch.project.pyproject import strict_dependencies
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
     from gpulaunch.config import ProjectConfig
     from gpulaunch.project.model import Project
+
+    Archs = tuple[str, ...] | None
 
 Builder = Literal["buildkit", "classic"]
 WHEEL_MOUNT = "/opt/gpulaunch/find-links"
@@ -141,8 +145,7 @@ def plan_image(
     config: ProjectConfig, project_dir: Path, builder: Builder, known: Project | None = None
 ) -> ImagePlan:
     """Resolve versions and compute the template context for one builder (`known`: the
-    project as the caller just read it, used when it read the same entry for the same GPU
-    choice)."""
+    project as the caller read it, reused when read for the same entry and GPU choice)."""
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
@@ -155,14 +158,16 @@ def plan_image(
             raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
 
-    gpu = resolved.cuda is not None or resolved.flavor == "ngc"
+    archs = resolved.cuda_archs if resolved.cuda or resolved.flavor == "ngc" else None
     entry = img.requirements
-    deps = _dependencies(project_dir, entry, required, gpu, known) if entry else None
+    deps = _dependencies(project_dir, entry, required, archs, known) if entry else None
 
     if img.ca_cert:
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
+        _check_certificate(cert, img.ca_cert)
+    _check_image_env(dict(img.env))
 
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
     torch_install = _torch_install(resolved, list(img.torch_extras), companions)
@@ -203,7 +208,6 @@ def plan_image(
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
-    # without image.requirements, a src/ layout still goes on PYTHONPATH
     import_paths = deps.import_paths if deps else layout.import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
@@ -236,7 +240,7 @@ def plan_image(
         "dependencies": deps.inline if deps else [],
         "local_installs": deps.local_installs if deps else [],
         "local_builds": deps.local_builds if deps else [],
-        "build_env": _build_env(resolved, deps.cuda_build if deps else False),
+        "build_env": deps.build_env if deps else "",
         "python_path": ":".join(["/workspace", *(f"/workspace/{p}" for p in import_paths)]),
         "req_source_flags": req_flags,
         "pip_secrets": sorted(secrets),
@@ -322,13 +326,14 @@ class _Dependencies:
     inline: list[str]  # PEP 508 texts on pip's command line
     local_installs: list[str]  # pip arguments, installed with --no-deps after the project copy
     local_builds: list[str]  # the same, built without isolation (their build imports torch)
-    cuda_build: bool  # one of them builds a CUDA extension
+    build_env: str  # their environment (a CUDA extension: TORCH_CUDA_ARCH_LIST, FORCE_CUDA)
     import_paths: list[str]  # project folders on PYTHONPATH besides the root
 
 
 def _dependencies(
-    project_dir: Path, entry: str, required: list[str], gpu: bool, known: Project | None
+    project_dir: Path, entry: str, required: list[str], archs: Archs, known: Project | None
 ) -> _Dependencies:
+    """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read."""
     from gpulaunch.project.discover import read_project
     from gpulaunch.textcheck import bad_char
 
@@ -338,8 +343,7 @@ def _dependencies(
     if Path(entry).name == "pyproject.toml":
         strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        same = known is not None and (known.entry, known.gpu) == (entry, gpu)
-        model = known if known is not None and same else read_project(project_dir, entry, gpu)
+        model = read_project(project_dir, entry, archs is not None, reuse=known)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise
@@ -355,9 +359,7 @@ def _dependencies(
         if req_file.drop:
             ranges = " ".join(f"-e {a},{b}d" if a != b else f"-e {a}d" for a, b in req_file.drop)
             edits.append(f"sed -i {ranges} {shlex.quote(target)}")
-    if model.constraints:  # uv overrides, as pip constraints beside the torch* pins
-        lines = " ".join(shlex.quote(text) for text, _ in model.constraints)
-        edits.append(f"printf '%s\\n' {lines} >> /opt/gpulaunch/constraints.txt")
+    edits += layout.constraint_lines(model)  # uv overrides, beside the torch* pins
     for text in [*model.inline, *(text for text, _ in model.constraints)]:
         if bad_char(text) is not None:
             raise ConfigError(
@@ -374,22 +376,33 @@ def _dependencies(
         into = builds if build is not None and not build.isolated else locals_
         into.append(("-e " if local.editable else "") + shlex.quote(target))
     entry_target = copies[0]["target"] if model.entry_kind == "requirements" else None
-    cuda = any(b.cuda and not b.isolated for b in model.builds)
+    env = layout.build_env(archs, any(b.cuda and not b.isolated for b in model.builds))
     paths = [p for p, _ in model.import_paths]
-    return _Dependencies(
-        entry_target, copies, edits, list(model.inline), locals_, builds, cuda, paths
-    )
+    return _Dependencies(entry_target, copies, edits, model.inline, locals_, builds, env, paths)
 
 
-def _build_env(resolved: ResolvedImage, cuda: bool) -> str:
-    """For a CUDA extension built with no GPU in sight: the archs of the image's torch build
-    (else torch's cpp_extension guesses) and FORCE_CUDA (setup.py files that check
-    torch.cuda.is_available() would skip the extension)."""
-    if not cuda or not resolved.cuda:
-        return ""
-    archs = ";".join(resolved.cuda_archs)
-    arch = f"TORCH_CUDA_ARCH_LIST={shlex.quote(archs)} " if archs else ""
-    return f"{arch}FORCE_CUDA=1 "
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def _check_certificate(path: Path, rel: str) -> None:
+    """image.ca_cert is copied into the image: PEM certificates only, never a private key."""
+    with path.open("rb") as fh:
+        kinds = {m.decode("ascii") for m in _PEM_BLOCK.findall(fh.read(1 << 20))}
+    if any("PRIVATE KEY" in kind for kind in kinds):
+        raise ConfigError(f"image.ca_cert: {rel!r} holds a private key; give the CA certificate")
+    if kinds != {"CERTIFICATE"}:
+        raise ConfigError(f"image.ca_cert: {rel!r} is not a PEM certificate (BEGIN CERTIFICATE)")
+
+
+def _check_image_env(env: dict[str, str]) -> None:
+    """image.env is ENV in every layer (`docker history`): a secret-looking name (*TOKEN*,
+    *KEY*, *SECRET*, *PASSWORD* ...) or a URL with credentials is refused."""
+    for name, value in env.items():
+        if is_secret_name(name) or "KEY" in name.upper() or has_userinfo(value):
+            raise ConfigError(
+                f"image.env.{name}: looks like a secret and would be baked into the image; "
+                "set it at run time with launch.env or --env"
+            )
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

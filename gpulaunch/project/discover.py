@@ -97,9 +97,14 @@ def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     return sorted(n for n in names if n != entry and n not in read)
 
 
-def read_project(root: Path, entry: str | None = None, gpu: bool | None = None) -> Project:
+def read_project(
+    root: Path, entry: str | None = None, gpu: bool | None = None, reuse: Project | None = None
+) -> Project:
     """The project model of `root`; `entry` (image.requirements) or the first candidate.
-    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras."""
+    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras. `reuse`:
+    a model the caller read already, returned when it was read for the same entry and gpu."""
+    if reuse is not None and (reuse.entry, reuse.gpu) == (entry, gpu):
+        return reuse
     project = Project(gpu=gpu)
     found = candidates(root)
     installs = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,3 +272,21 @@ def keep_code(ignore_text: str, root: Path) -> tuple[str, dict[str, str], list[s
     ]
     present = [n for n in names if n not in kept and (root / n).exists()]
     return "\n".join(lines) + "\n", kept, present
+
+
+def build_env(archs: tuple[str, ...] | None, cuda: bool) -> str:
+    """For a CUDA extension built with no GPU in sight (`archs`: the image torch build's, None
+    for a CPU image): TORCH_CUDA_ARCH_LIST (else torch's cpp_extension guesses) and FORCE_CUDA
+    (setup.py files that check torch.cuda.is_available() would skip the extension)."""
+    if not cuda or archs is None:
+        return ""
+    arch = f"TORCH_CUDA_ARCH_LIST={shlex.quote(';'.join(archs))} " if archs else ""
+    return f"{arch}FORCE_CUDA=1 "
+
+
+def constraint_lines(project: Project) -> list[str]:
+    """The shell step that adds uv's overrides to the image's pip constraints, if any."""
+    if not project.constraints:
+        return []
+    lines = " ".join(shlex.quote(text) for text, _ in project.constraints)
+    return [f"printf '%s\\n' {lines} >> /opt/gpulaunch/constraints.txt"]

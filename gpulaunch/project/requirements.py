@@ -5,6 +5,7 @@ index options, `--hash` continuations, direct URLs, local and editable installs,
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -157,6 +158,7 @@ class _Reader:
 
     def line(self, path: Path, rel: str, line: Line, record: ReqFile, role: str) -> None:
         where = f"{rel}:{line.first}"
+        refuse_credential(line.text, where, self.project)
         req_text, tokens = _split_options(line.text)
         pairs = _option_pairs(tokens)
         for name, value in pairs:
@@ -251,6 +253,24 @@ def read_requirements(root: Path, entry: str, project: Project) -> None:
     reader.read(path)
 
 
+# userinfo that is only pip's ${VAR} references holds no secret itself
+_ENV_USERINFO = re.compile(r"://\$\{[A-Z0-9_]+\}(?::\$\{[A-Z0-9_]+\})?@")
+
+
+def refuse_credential(text: str, where: str, project: Project) -> None:
+    """A URL with a credential (an index line, a direct URL): the file that holds it is copied
+    into the image with the project, so `render`/`build` refuse it (init warns)."""
+    from gpulaunch.masking import has_userinfo, mask
+
+    if has_userinfo(_ENV_USERINFO.sub("://", text)):
+        reason = (
+            f"{where}: {mask(text)} carries a credential, and this file is copied into the "
+            "image; put the index in image.pip.extra_index_urls (passed as a BuildKit secret)"
+        )
+        project.not_understood.append(reason)
+        project.invalid.append(reason)
+
+
 def _line_of(source: str, name: str) -> int | None:
     """The first line of a dependency file that names `name` (`"torch>=2"`, `torch = "^2"`,
     `- pytorch=2.1`): its number, so a refusal can point at it."""
@@ -281,6 +301,7 @@ def read_requirement_texts(
             if line is not None:
                 first, _, rest = label.partition(" ")
                 where = f"{first}:{line}" + (f" {rest}" if rest else "")
+        refuse_credential(text, where, project)
         try:
             req = Requirement(text)
         except InvalidRequirement as err:
