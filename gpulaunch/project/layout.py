@@ -243,10 +243,9 @@ def import_paths(root: Path, entry: str | None = None) -> list[str]:
     [] when the project cannot be read (render names why)."""
     from gpulaunch.errors import ConfigError
 
-    if entry is None:
-        model = Project()
-        find_import_paths(root, model)
-    else:
+    model = Project()
+    find_import_paths(root, model)
+    if entry is not None and model.import_paths:  # unless the entry installs the project
         from gpulaunch.project.discover import read_project
 
         try:
