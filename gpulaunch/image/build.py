@@ -103,8 +103,10 @@ def read_dockerignore(project: Path) -> str:
     path = project / ".dockerignore"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return render_dockerignore()
+    except FileNotFoundError:  # the rules init writes, the project's code folders kept
+        from gpulaunch.project.layout import keep_code
+
+        return keep_code(render_dockerignore(), project)[0]
     except OSError as err:
         reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ConfigError(f"{path}: cannot read: {reason}") from None

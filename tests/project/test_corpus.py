@@ -407,7 +407,7 @@ REFUSED = [
         "variant-not-in-catalog",
         {"requirements.txt": "torch==2.1.2+cu117\n"},
         "requirements.txt:1 (torch==2.1.2+cu117): the catalog has no cu117 build of torch 2.1.2 "
-        "(builds: cpu, cu118, cu121); nearest: torch 2.1.2+cu121",
+        "(builds: cu118, cu121, cpu); nearest: torch 2.1.2+cu118 (pass --cuda 11.8 to choose it)",
     ),
     (
         "python-outside-torch-range",
