@@ -89,23 +89,31 @@ def options_from_record(data: Any) -> Any:
     return RunOptions(**data)
 
 
-def check_options(opts: Any) -> None:
-    """What `run` refuses on its flags (exit 2, one line naming the flag), for any RunOptions."""
+def check_flag_lines(flags: dict[str, Any]) -> None:
+    """String flags are whole single lines (no newline, Unicode separator or control char)."""
     from gpulaunch.textcheck import single_line
 
-    for name in _LINE_FLAGS:
-        value = getattr(opts, name)
+    for flag, value in flags.items():
         if value is None:
             continue
-        flag = FLAGS[name][0]
         try:
             single_line(value)
         except ValueError as err:
             raise ConfigError(f"{flag}: {value!r} {err}") from None
         if not value.strip():
             raise ConfigError(f"{flag}: must not be empty")
-    if opts.network is not None and opts.network not in ("default", "host", "none"):
-        raise ConfigError(f"--network: {opts.network!r} is not default, host or none")
+
+
+def check_network(network: str | None) -> None:
+    if network is not None and network not in ("default", "host", "none"):
+        raise ConfigError(f"--network: {network!r} is not default, host or none")
+
+
+def check_options(opts: Any) -> None:
+    """What `run` refuses on its flags (exit 2, one line naming the flag), for any RunOptions."""
+
+    check_flag_lines({FLAGS[name][0]: getattr(opts, name) for name in _LINE_FLAGS})
+    check_network(opts.network)
     if opts.nproc is not None and not 1 <= opts.nproc <= NPROC_MAX:
         raise ConfigError(f"--nproc: {opts.nproc} is not between 1 and {NPROC_MAX}")
     if not 0 <= opts.restarts <= RESTARTS_MAX:
