@@ -208,6 +208,9 @@ class DockerOptions(_Model):
 
     shm_size: str | None = Field(None, description='e.g. "16g"; used instead of ipc=host.')
     ipc: Literal["host", "private", "shareable"] | None = None
+    memory: str | None = Field(
+        None, description='Memory limit of the container, e.g. "64g" (docker --memory).'
+    )
     network: Network | None = None
     cap_add: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
@@ -231,7 +234,7 @@ class DockerOptions(_Model):
             parse_cpulist(value, limit=possible_cpus())
         return value
 
-    @field_validator("shm_size")
+    @field_validator("shm_size", "memory")
     @classmethod
     def _shm(cls, value: str | None) -> str | None:
         if value is not None and not _SHM.fullmatch(value):

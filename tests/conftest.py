@@ -93,7 +93,11 @@ def example_copy(tmp_path: Path) -> Callable[[str], Path]:
 
     def copy(name: str) -> Path:
         dest = tmp_path / "examples" / name
-        shutil.copytree(EXAMPLES / name, dest, symlinks=True)
+        # Without what a run in the checkout left there (dev/demo runs a copy; a developer
+        # may not): a stray run record must not change what a test sees.
+        shutil.copytree(
+            EXAMPLES / name, dest, symlinks=True, ignore=shutil.ignore_patterns(".gpulaunch")
+        )
         return dest
 
     return copy

@@ -43,6 +43,9 @@ class Requirement:
     source: str  # where the rule comes from, for messages
     alternatives: tuple[tuple[Condition, ...], ...]
     enforced: bool  # True: the container runtime refuses to start (nvidia-container-cli)
+    # False: not read from NVIDIA's Dockerfiles (an image newer than driver_rules.yaml's
+    # snapshot): modelled from the nearest read rule, never behind a default
+    verified: bool = True
 
     @property
     def cuda_floor(self) -> str | None:
@@ -169,20 +172,45 @@ def driver_cuda(driver: str) -> str | None:
 
 
 def cuda_image_requirement(cuda: str) -> Requirement:
-    """NVIDIA_REQUIRE_CUDA of nvidia/cuda:CUDA-*: exact, else the newest listed patch of X.Y
-    (derived), else `cuda>=X.Y` alone."""
+    """NVIDIA_REQUIRE_CUDA of nvidia/cuda:CUDA-*, as read from NVIDIA's Dockerfiles; for a
+    version driver_rules.yaml does not list, an unverified model of it (see _unverified)."""
     table: dict[str, str] = _data()["require_cuda"]
-    parts = cuda.split(".")
-    xy = ".".join(parts[:2])
     if cuda in table:
         return parse_requirement(table[cuda], f"nvidia/cuda {cuda} NVIDIA_REQUIRE_CUDA")
+    return _unverified(cuda, table)
+
+
+def _unverified(cuda: str, table: dict[str, str]) -> Requirement:
+    """A rule NVIDIA's Dockerfiles we read do not state: the newest read rule of the same X.Y
+    when there is one; else `cuda>=X.Y` with the forward-compatibility branches of the newest
+    read rule of the same CUDA major (13.x images have listed every datacenter branch from 535
+    on: a datacenter GPU on R580 is admitted, as NVIDIA's 13.x images admit it). Marked
+    unverified: never the rule of a default image (resolver), and named in every message."""
+    xy = ".".join(cuda.split(".")[:2])
+    if xy not in _data()["driver_cuda"]:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
     same = [v for v in table if v.startswith(xy + ".")]
     if same:
         near = max(same, key=_vt)
-        return parse_requirement(table[near], f"nvidia/cuda {xy} (rule of {near}; derived)")
-    if xy not in _data()["driver_cuda"]:
-        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
-    return parse_requirement(f"cuda>={xy}", f"nvidia/cuda {cuda} (cuda>={xy} assumed)")
+        text, how = table[near], f"rule of {near}"
+    else:
+        major = [v for v in table if v.split(".")[0] == xy.split(".")[0]]
+        near = max(major, key=_vt) if major else ""
+        clauses = [w for w in table[near].split() if "driver<" in w] if near else []
+        text = " ".join([f"cuda>={xy}", *clauses])
+        how = f"cuda>={xy} with the branches of {near}" if clauses else f"cuda>={xy} alone"
+    req = parse_requirement(text, f"nvidia/cuda {cuda} (unverified: {how})")
+    return Requirement(req.text, req.source, req.alternatives, req.enforced, verified=False)
+
+
+def stored_rules() -> dict[str, str]:
+    """VERSION -> the NVIDIA_REQUIRE_CUDA string stored for nvidia/cuda:VERSION-*."""
+    return {str(k): str(v) for k, v in _data()["require_cuda"].items()}
+
+
+def verified_rule(cuda: str) -> bool:
+    """True when driver_rules.yaml holds NVIDIA's own NVIDIA_REQUIRE_CUDA for this version."""
+    return cuda in _data()["require_cuda"]
 
 
 def wheel_requirement(cuda: str) -> Requirement:
@@ -248,7 +276,10 @@ def host_can_run(requirement: Requirement, driver: str, brand: str | None) -> Ve
         if all(_holds(c, driver, brand) for c in alt):
             via = ",".join(f"{c.key}{c.op}{c.value}" for c in alt)
             return Verdict(True, requirement, driver, brand, needed, f"{driver} meets {via}")
-    return Verdict(False, requirement, driver, brand, needed, explain_need(requirement, brand))
+    reason = explain_need(requirement, brand)
+    if not requirement.verified:
+        reason += f" ({requirement.source.split('(', 1)[-1].rstrip(')')})"
+    return Verdict(False, requirement, driver, brand, needed, reason)
 
 
 def explain_need(requirement: Requirement, brand: str | None = None) -> str:

@@ -1,8 +1,9 @@
 """What PyPI's JSON API says about torch, torchvision and torchaudio, as plain facts.
 
 Pure functions over the JSON (no network: `gpulaunch.outside.pypi` fetches it), so the parsing
-is tested offline. Only final releases with a Linux x86_64 wheel (or a pure-Python wheel, for
-torchaudio) count; yanked releases are left out.
+is tested offline. Only final releases with a Linux x86_64 wheel (a cp3XX one, or one py3-none
+wheel for every Python: torchaudio 2.11.1, torchvision 0.29.2) count; yanked releases are left
+out.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ReleaseFacts(NamedTuple):
     pythons: tuple[str, ...]  # CPython x.y with a Linux x86_64 wheel, oldest first
     glibc: str | None  # the manylinux floor of its Linux x86_64 wheels (the highest seen)
     date: str | None  # upload date of the first file, YYYY-MM-DD
-    pure: bool  # a py3-none-any wheel (torchaudio from 2.9 on)
+    pure: bool  # a py3-none wheel for any Python (torchaudio 2.11.1, torchvision 0.29.2)
 
     @property
     def python_min(self) -> str | None:
@@ -98,8 +99,12 @@ def _release(version: str, files: list[Any]) -> ReleaseFacts | None:
             continue
         cp = _CP_RE.match(m.group("py"))
         linux = _MANYLINUX_RE.search(m.group("plat"))
-        if m.group("plat") == "any" and m.group("abi") == "none":
-            pure = True
+        if m.group("abi") == "none" and m.group("py").startswith("py3"):
+            if m.group("plat") != "any" and not linux:
+                continue  # another platform's wheel
+            pure = True  # one wheel for every Python 3 (py3-none-any, py3-none-manylinux_2_28)
+            if linux and not linux.group(3):
+                glibcs.append(f"{linux.group(1)}.{linux.group(2)}")
         elif not (linux and cp and m.group("abi") in (m.group("py"), m.group("py") + "m")):
             continue  # another platform, or a free-threaded (cp3XXt) / abi3 build; cp37m counts
         else:
@@ -170,3 +175,27 @@ def wheel_cuda(pins: Mapping[str, str]) -> WheelCuda | None:
 def torch_pin(requirements: Iterable[str]) -> str | None:
     """The torch version a torchvision / torchaudio release pins exactly (`torch==2.12.0`)."""
     return exact_pins(requirements).get("torch")
+
+
+_TORCH_REQ_RE = re.compile(r"^\s*torch(?![\w.-])\s*(?:\[[^\]]*\])?\s*([^;]*?)\s*(?:;(.*))?$", re.I)
+
+
+def torch_requirement(requirements: Iterable[str]) -> str | None:
+    """The version specifier a torchvision / torchaudio release declares for torch
+    (`torch>=2.14.0` -> ">=2.14.0", `torch==2.12.0` -> "==2.12.0"); "" for a bare `torch`;
+    None when it names no torch (requirements for an extra do not count)."""
+    for req in requirements:
+        m = _TORCH_REQ_RE.match(req)
+        if m and not (m.group(2) and "extra" in m.group(2)):
+            return m.group(1).replace(" ", "").strip("()")
+    return None
+
+
+def admits(specifier: str, version: str) -> bool:
+    """Whether a declared specifier (">=2.14.0", "==2.15.0", "") admits a torch version."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return version in SpecifierSet(specifier)
+    except InvalidSpecifier:
+        return False

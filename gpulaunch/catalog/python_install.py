@@ -233,4 +233,24 @@ def _alternatives(
         if other_distro == python or deadsnakes_gap(other, python, on) is None:
             options.append(f"os {other}")
             break
-    return "use " + " or ".join(options) if options else "no source can install it"
+    if options:
+        return "use " + " or ".join(options)
+    return _no_source(python, on, python_ok)
+
+
+def _no_source(python: str, on: date, python_ok: Callable[[str], bool]) -> str:
+    """The reason no catalogued source has `python`, naming what does work: an explicit base
+    image that brings it, or the newest Python a source installs that torch takes."""
+    series = [
+        name for name, row in deadsnakes().items() if python in row.pythons and on <= row.until
+    ]
+    built = standalone().pythons
+    text = (
+        f"no source in gpulaunch's data has Python {python} (deadsnakes: "
+        f"{', '.join(series) or 'no series'}; standalone builds: up to {built[-1]}); "
+        f"use image.base with an image that has Python {python} and image.python_source: image"
+    )
+    nearest = next((p for p in reversed(built) if python_ok(p)), None)
+    if nearest is not None:
+        text += f", or python {nearest} with image.python_source: standalone"
+    return text

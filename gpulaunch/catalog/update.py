@@ -2,14 +2,17 @@
 Docker Hub) knows that the packaged catalog does not, written as an overlay file.
 
 Confidence of what it writes:
-- a torch patch is on PyPI (a fact); its torchvision / torchaudio are `high` when their
-  metadata pins `torch==` it exactly, else paired by the version convention (`medium`);
+- a torch patch is on PyPI (a fact); its torchvision / torchaudio come from their own metadata:
+  `high` when it pins `torch==` it exactly, `medium` when a release uploaded with or after it
+  declares a range that admits it, else (metadata not readable) the version convention,
+  `medium` and reported;
 - a new torch minor's Python range and glibc come from its wheels (`requires_python`, cp3XX
-  and manylinux tags); its CUDA builds are confirmed only on the PyTorch index (`medium`: their
-  arch lists are carried over from the previous minor). Where that index is not reached, the
-  build PyPI's own wheel pins (cuda-toolkit==X.Y.Z) is `medium` and the builds carried over
-  from the previous minor are `low` (never picked by a default).
-What could not be reached is listed in the report and in the overlay's `sources`.
+  and manylinux tags); its CUDA builds are those the PyTorch index lists (`medium`: their arch
+  lists are carried over from the previous minor), else only the build PyPI's own wheel pins
+  (cuda-toolkit==X.Y.Z, `medium`). No build is carried over without such evidence.
+What could not be verified or reached is listed in the report and in the overlay's `sources`;
+the overlay's `sources.refreshed` names the parts it read (torch; cuda_images only when Docker
+Hub answered), so a PyPI-only update does not silence the staleness of CUDA and NGC facts.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpulaunch.catalog import overlay, pypi_facts
 from gpulaunch.catalog.pypi_facts import ReleaseFacts, vt
@@ -48,6 +51,7 @@ class Sources:
         self.timeout = timeout
         self.reached: list[str] = []
         self.unreachable: list[str] = []
+        self.hub_reached = False  # Docker Hub's tag list answered (cuda_images refreshed)
         self._down: set[str] = set()
 
     def _get(self, url: str, kind: str, timeout: float) -> dict[str, Any] | str | None:
@@ -86,6 +90,7 @@ class Sources:
         data = self._get(url, "hub", PROBE_TIMEOUT_S)
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
             return None
+        self.hub_reached = True
         return [str(r.get("name")) for r in data["results"] if isinstance(r, dict)]
 
 
@@ -231,17 +236,52 @@ def _raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-def _companion(project: _Project, torch_version: str, guess: str | None) -> tuple[str | None, str]:
-    """(version, how) of the torchvision/torchaudio release for a torch version: an exact
-    `torch==` pin ("pinned"), else the conventional version when it exists ("convention"),
-    else none ("none")."""
-    for version in sorted(project.releases, key=vt, reverse=True):
-        dist = project.dist(version) if version in (guess, project.latest) else None
-        if dist and pypi_facts.torch_pin(dist) == torch_version:
-            return version, "pinned"
-    if guess and guess in project.releases:
-        return guess, "convention"
-    return None, "none"
+READS_PER_COMPANION = 3  # per-release metadata reads for one torch version (newest first)
+
+
+class _Pairing(NamedTuple):
+    version: str | None
+    how: str  # pinned | declared | convention | none
+    why: str  # for the note and the report
+
+
+def _companion(project: _Project, torch: ReleaseFacts, guess: str | None) -> _Pairing:
+    """The torchvision/torchaudio release for a torch version, from the companion's own
+    metadata: an exact `torch==` pin ("pinned", high); else a release uploaded with or after
+    the torch release whose declared requirement admits it ("declared", medium: torchvision
+    0.29.2 says torch>=2.14.0 and came out with 2.15.0); else the conventional version when
+    its metadata could not be read ("convention", medium, reported); else none."""
+    day = torch.date or ""
+    later = [
+        v
+        for v, facts in sorted(project.releases.items(), key=lambda kv: vt(kv[0]), reverse=True)
+        if (facts.date or "") >= day
+    ]
+    order = list(dict.fromkeys([g for g in (guess,) if g in project.releases] + later))
+    declared: _Pairing | None = None
+    unread: list[str] = []
+    for version in order[:READS_PER_COMPANION]:
+        dist = project.dist(version)
+        if dist is None:
+            unread.append(version)
+            continue
+        spec = pypi_facts.torch_requirement(dist)
+        if spec is None or not pypi_facts.admits(spec, torch.version):
+            continue
+        if spec == f"=={torch.version}":
+            return _Pairing(version, "pinned", f"{project.name} {version} pins torch{spec}")
+        if declared is None and version in later:
+            declared = _Pairing(
+                version, "declared", f"{project.name} {version} declares torch{spec}"
+            )
+    if declared is not None:
+        return declared
+    if guess in unread:
+        why = f"{project.name} {guess} paired by the version convention (its metadata not read)"
+        return _Pairing(guess, "convention", why)
+    return _Pairing(
+        None, "none", f"no {project.name} release since torch {torch.version} declares it"
+    )
 
 
 def _patch_row(
@@ -249,23 +289,23 @@ def _patch_row(
 ) -> dict[str, Any]:
     major, minor, micro = vt(facts.version)
     guess = f"0.{minor + 15}.{micro}" if major == 2 else None  # torch 2.14.1 <-> 0.29.1
-    tv, tv_how = _companion(vision, facts.version, guess)
-    ta, ta_how = _companion(audio, facts.version, facts.version)
-    hows = {h for v, h in ((tv, tv_how), (ta, ta_how)) if v is not None}
+    tv = _companion(vision, facts, guess)
+    ta = _companion(audio, facts, facts.version)
     notes = [f"PyPI {facts.date or 'release'}"]
-    if tv is None:
-        notes.append("no torchvision release for it on PyPI")
-    for name, version, how in (("torchvision", tv, tv_how), ("torchaudio", ta, ta_how)):
-        if how == "convention":
-            notes.append(f"{name} {version} paired by the version convention (no exact pin read)")
-            report.unconfirmed.append(
-                f"torch {facts.version} + {name} {version}: by the version convention"
-            )
+    for pairing in (tv, ta):
+        if pairing.how in ("declared", "convention", "pinned"):
+            notes.append(pairing.why)
+        if pairing.how == "convention":
+            report.unconfirmed.append(f"torch {facts.version}: {pairing.why}")
+    if tv.version is None:
+        notes.append(tv.why)
+        report.unconfirmed.append(f"torch {facts.version}: {tv.why}")
+    hows = {p.how for p in (tv, ta) if p.version is not None}
     return {
         "torch": facts.version,
-        "torchvision": tv,
-        "torchaudio": ta,
-        "confidence": "medium" if "convention" in hows else "high",
+        "torchvision": tv.version,
+        "torchaudio": ta.version,
+        "confidence": "high" if hows <= {"pinned"} else "medium",
         "note": "; ".join(notes),
     }
 
@@ -318,6 +358,9 @@ def _variants(
     sources: Sources,
     report: UpdateReport,
 ) -> list[dict[str, Any]]:
+    """The CUDA builds with evidence: each one the PyTorch index lists, else the one PyPI's
+    wheel pins. A build of the previous minor without such evidence is never carried over
+    (torch 2.15 has no cu126 build just because 2.14 had one): the report names it."""
     carried = [copy.deepcopy(v) for v in previous.get("variants", []) if isinstance(v, dict)]
     by_name = {str(v.get("variant")): v for v in carried}
     built = "cu" + wheel.cuda.replace(".", "") if wheel else None
@@ -332,23 +375,23 @@ def _variants(
         row.pop("note", None)
         row.pop("origin", None)
         page = sources.index_page(name)
-        pypi_built = name == built
         if page is not None:
             if re.search(rf"torch-{re.escape(version)}(\+|%2B){name}-", page) is None:
                 report.unconfirmed.append(f"torch {minor}: no {name} build on the PyTorch index")
                 continue
             row["confidence"] = "medium"  # the build exists; its archs are carried over
             row["note"] = f"on the PyTorch index; archs from torch {previous['minor']}"
-        elif pypi_built:
+        elif name == built:
             row["confidence"] = "medium"
             row["note"] = (
                 f"PyPI's wheel pins cuda-toolkit {wheel.cuda if wheel else ''}; "
                 "PyTorch index not reached; archs carried from the previous minor"
             )
         else:
-            row["confidence"] = "low"
-            row["note"] = f"carried from torch {previous['minor']}; unconfirmed (index not reached)"
-            report.unconfirmed.append(f"torch {minor} {name}: carried from {previous['minor']}")
+            report.unconfirmed.append(
+                f"torch {minor} {name}: not verified (PyTorch index not reached); not listed"
+            )
+            continue
         out.append(row)
     return out
 
@@ -362,6 +405,8 @@ def _document(
         "sources": {
             "reached": sorted(set(sources.reached)),
             "not_reached": sorted(set(sources.unreachable)),
+            # the parts of the catalog this file's research_date vouches for (staleness.py)
+            "refreshed": ["torch", *(["cuda_images"] if sources.hub_reached else [])],
         },
     }
     if rows:
@@ -382,8 +427,8 @@ def render_overlay(doc: dict[str, Any], today: date) -> str:
     lines = [
         f"# Written by `gpulaunch catalog update` on {today.isoformat()} from PyPI's JSON API.",
         "# The next update replaces this file; put your own rows in another file beside it.",
-        "# confidence: high = read from the source; medium = inferred from a source;",
-        "# low = carried over, unconfirmed (never picked by a default).",
+        "# confidence: high = read from the source (an exact pin); medium = inferred from a",
+        "# source (a declared range, the wheel's pin, the index; archs carried over).",
     ]
     _emit(doc, 0, lines)
     return "\n".join(lines) + "\n"

@@ -1,9 +1,13 @@
-"""`dev/catalog-check`: re-read the packaged catalog's torch facts from PyPI (the sources
-`catalog update` uses) and list where they differ, and what PyPI has that the catalog lacks.
+"""`dev/catalog-check`: compare every stored driver rule (driver_rules.yaml require_cuda) with
+NVIDIA's, as listed in a reference file (VERSION<TAB>OS<TAB>NVIDIA_REQUIRE_CUDA, read from
+NVIDIA's container-images Dockerfiles); re-read the packaged catalog's torch facts from PyPI (the
+sources `catalog update` uses) and list where they differ, and what PyPI has that the catalog
+lacks.
 
 Compared per packaged minor: each patch is a final PyPI release with a Linux x86_64 wheel; the
 Python floor (`requires_python`) and ceiling (cp3XX wheels) and the manylinux glibc floor of its
-newest patch; torchvision / torchaudio pairings where their metadata pins `torch==` exactly.
+newest patch; torchvision / torchaudio pairings against the torch requirement their metadata
+declares.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 from gpulaunch.catalog import pypi_facts
 from gpulaunch.catalog.pypi_facts import vt
 from gpulaunch.catalog.update import Sources, _Project, _raw_releases, build_update
+from gpulaunch.errors import CatalogError
 
 
 def differences(packaged: dict[str, Any], sources: Sources) -> list[str]:
@@ -71,7 +76,45 @@ def _pairing_diffs(patch: dict[str, Any], project: _Project, key: str) -> list[s
     if paired not in project.releases:
         return [f"torch {patch['torch']}: {key} {paired} is not a release on PyPI"]
     dist = project.latest_dist if paired == project.latest else None
-    pin = pypi_facts.torch_pin(dist or [])
-    if pin is not None and pin != patch["torch"]:
-        return [f"torch {patch['torch']}: {key} {paired} pins torch=={pin} on PyPI"]
+    spec = pypi_facts.torch_requirement(dist or [])
+    if spec is not None and not pypi_facts.admits(spec, patch["torch"]):
+        return [f"torch {patch['torch']}: {key} {paired} requires torch{spec} on PyPI"]
     return []
+
+
+def reference_rules(text: str, label: str = "reference") -> dict[str, str]:
+    """VERSION -> requirement from the reference list; '#' lines and blank lines are skipped."""
+    rules: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or not parts[0].strip() or not parts[2].strip():
+            raise CatalogError(f"{label}:{number}: expected VERSION<TAB>OS<TAB>REQUIREMENT")
+        rules[parts[0].strip()] = " ".join(parts[2].split())
+    return rules
+
+
+def rule_differences(stored: dict[str, str], reference: dict[str, str]) -> list[str]:
+    """One line per stored rule that is not NVIDIA's (absent from the reference or different),
+    and per reference rule not stored."""
+    out: list[str] = []
+    for version in sorted(set(stored) | set(reference), key=vt):
+        mine, theirs = stored.get(version), reference.get(version)
+        if theirs is None:
+            out.append(
+                f"driver rule {version}: stored, but not in NVIDIA's Dockerfiles (reference)"
+            )
+        elif mine is None:
+            out.append(f"driver rule {version}: in the reference, not stored")
+        elif " ".join(mine.split()) != theirs:
+            out.append(f"driver rule {version}: stored {_first_difference(mine, theirs)}")
+    return out
+
+
+def _first_difference(mine: str, theirs: str) -> str:
+    a, b = mine.split(), theirs.split()
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"clause {i + 1} {x!r}, NVIDIA's {y!r}"
+    return f"{len(a)} clauses, NVIDIA's {len(b)}"

@@ -69,6 +69,7 @@ class SmokeResult:
     message: str = ""
     tail: list[str] = field(default_factory=list)
     output: str = ""
+    explanation: dict[str, Any] | None = None  # records.explain: a failure's known cause
     error: GpulaunchError | None = field(default=None, repr=False)
 
     @property
@@ -94,6 +95,7 @@ class SmokeResult:
             "profile": self.profile,
             "log": str(self.log_path) if self.log_path else None,
             "message": self.message,
+            "explanation": self.explanation,
             "tail": self.tail,
         }
 
@@ -283,6 +285,9 @@ def run_smoke(
         else:
             result.outcome, result.exit_code = "failed", code
             result.message = f"the job exited with {code}"
+            if job.explanation is not None:  # JUnit's message, the step summary, --json
+                result.explanation = job.explanation.to_json()
+                result.message += f"; {job.explanation.text()}"
     except GpulaunchError as err:
         for stream in streams:
             stream.close_line()
@@ -290,6 +295,8 @@ def run_smoke(
         result.exit_code = int(err.exit_code)
         result.message = err.message + (f" ({err.hint})" if err.hint else "")
         result.error = err
+        if job.explanation is not None:  # a build or start failure of a known kind
+            result.explanation = job.explanation.to_json()
         tail = getattr(err, "log_tail", "")
         for line in str(tail).splitlines():
             capture.line(line)

@@ -1,8 +1,8 @@
 """The command line: the typer app (`app.py`: error mapping and shared options) and the
 commands grouped by topic (`image.py`: init / render / versions / schema / build / catalog
-update; `jobs.py`: run / ps / logs / stop; `ci.py`: smoke / doctor; `records.py`: history /
-rerun; `cluster.py`: export / submit; `profiles.py`). Views (`views.py`) turn results into
-rich tables.
+update; `jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor;
+`records.py`: history / rerun / explain; `cluster.py`: export / submit; `profiles.py`).
+Views (`views.py`) turn results into rich tables.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
 one core function from `image`, `launch` or `engine`, and prints; every domain error is

@@ -23,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from gpulaunch import __version__
-from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
+from gpulaunch.errors import ExitCode, GpulaunchError
 
 
 class _Group(TyperGroup):
@@ -235,23 +235,15 @@ NetworkOpt = Annotated[
 
 
 def _check_single_line(flags: dict[str, str | None]) -> None:
-    """String flags are whole single lines (no newline, Unicode separator or control char)."""
-    from gpulaunch.textcheck import single_line
+    from gpulaunch.jobs.options import check_flag_lines
 
-    for flag, value in flags.items():
-        if value is None:
-            continue
-        try:
-            single_line(value)
-        except ValueError as err:
-            raise ConfigError(f"{flag}: {value!r} {err}") from None
-        if not value.strip():
-            raise ConfigError(f"{flag}: must not be empty")
+    check_flag_lines(dict(flags))
 
 
 def _check_network(network: str | None) -> None:
-    if network is not None and network not in ("default", "host", "none"):
-        raise ConfigError(f"--network: {network!r} is not default, host or none")
+    from gpulaunch.jobs.options import check_network
+
+    check_network(network)
 
 
 def main() -> None:

@@ -63,6 +63,10 @@ def init(
     ] = None,
     name: Annotated[str | None, typer.Option(help="Image name (default: folder name).")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing gpulaunch.yaml.")] = False,
+    check_pins: Annotated[
+        bool,
+        typer.Option(help="Ask the index what exactly pinned dependencies require of torch."),
+    ] = False,
 ) -> None:
     """Write a validated gpulaunch.yaml (and a .dockerignore) for a project."""
     from gpulaunch.image.init import InitOptions, run_init
@@ -79,6 +83,7 @@ def init(
             flavor=flavor,
             name=name,
             force=force,
+            check_pins=check_pins,
             ask=_ask if interactive else None,
             env=dict(os.environ),  # NVML: the driver and GPUs choose the default build
         )

@@ -1,7 +1,8 @@
-"""Commands about jobs: run (in a container or on the host), ps, logs, stop."""
+"""Commands about jobs: run (in a container or on the host), shell, ps, logs, stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,6 @@ from gpulaunch.cli.app import (
     ConfigOpt,
     NetworkOpt,
     SetOpt,
-    _check_network,
     _check_single_line,
     _engine,
     _err,
@@ -26,6 +26,23 @@ from gpulaunch.cli.image import _build_with_progress, _builder_choice
 from gpulaunch.errors import ConfigError
 
 AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+InteractiveOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interactive/--no-interactive",
+        "-i",
+        help="Pass stdin to the job (default: when stdin is a terminal, a pipe or a file).",
+    ),
+]
+TtyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tty/--no-tty",
+        "-t",
+        help="Give the job a terminal (default: when stdin and stdout are terminals).",
+    ),
+]
 
 
 class _RunCommand(TyperCommand):
@@ -136,6 +153,8 @@ def run(
     no_status: Annotated[
         bool, typer.Option("--no-status", help="No live GPU status line on the terminal.")
     ] = False,
+    interactive: InteractiveOpt = None,
+    tty: TtyOpt = None,
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -144,26 +163,13 @@ def run(
     Any other command: gpulaunch run -- python -m my.module --flag
     """
     from gpulaunch.jobs.execute import JobIO, JobSpec, plan_job, standard_observers
+    from gpulaunch.jobs.options import check_options, check_price
     from gpulaunch.launch.plan import RunOptions
 
-    _check_network(network)
-    _check_single_line(
-        {
-            "--gpus": gpus,
-            "--profile": profile,
-            "--nccl": nccl,
-            "--nccl-ifname": nccl_ifname,
-            "--numa": numa,
-            "--precision": precision,
-            "--price": price,
-            "--rdzv-endpoint": rdzv_endpoint,
-            "--rdzv-id": rdzv_id,
-            "--local-addr": local_addr,
-        }
-    )
-    price = _check_price(price)
-    if detach and no_container:
-        raise ConfigError("--detach: not available with --no-container")
+    _check_single_line({"--price": price})
+    if detach and (interactive or tty):
+        flag = "--interactive" if interactive else "--tty"
+        raise ConfigError(f"{flag}: not available with --detach")
     tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
     rest = list(args or [])
     command: list[str] = []
@@ -173,7 +179,6 @@ def run(
             raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
     elif tail is not None:
         rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
-    cfg, project = _load(config, sets)
     opts = RunOptions(
         script=script,
         args=rest,
@@ -199,18 +204,22 @@ def run(
         local_addr=local_addr,
         image=image,
     )
-    if image is not None:
-        from gpulaunch.export.images import parse_ref
-
-        parse_ref(image, "--image")
+    check_options(opts)  # the same checks `rerun` applies to a record's options
+    price = check_price(price)
+    cfg, project = _load(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
-    if dry_run:
-        _dry_run(spec, as_json, detach)
+    if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
+        _dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
         return
     job = plan_job(spec)  # before any build
     _print_warnings(job.plan)
+    if not (detach or no_container):
+        from gpulaunch.engine.supervise import choose
+
+        job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
-    status = _status_line(io, no_status or detach or no_container)  # host jobs own the tty
+    # host jobs and jobs with a terminal own the terminal: no status line
+    status = _status_line(io, no_status or detach or no_container or job.plan.run.tty)
     observers = standard_observers(spec, _err, on_sample=status and status.show)
     try:
         code = _start(job, io, observers, no_container, detach)
@@ -219,8 +228,15 @@ def run(
             status.close()
     if code is None:
         return
+    _exit_with(code, job)
+
+
+def _exit_with(code: int, job: Any) -> None:
+    """The job's exit code; a failure's known cause and fix are the last line printed."""
     if code:
         _err(f"gpulaunch: job exited with {code}")
+    if code and job.explanation is not None:
+        _err(f"gpulaunch: {job.explanation.text()}")
     raise typer.Exit(code)
 
 
@@ -252,16 +268,9 @@ def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) 
     return code
 
 
-def _check_price(price: str | None) -> str | None:
-    from gpulaunch.config import parse_price
-
-    try:
-        return None if price is None else parse_price(price)
-    except ValueError as err:
-        raise ConfigError(f"--price: {err}") from None
-
-
-def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
+def _dry_run(
+    spec: Any, as_json: bool, detach: bool, interactive: tuple[bool, bool] = (False, False)
+) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
     from gpulaunch.engine.docker_api import Engine
@@ -279,6 +288,7 @@ def _dry_run(spec: Any, as_json: bool, detach: bool) -> None:
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
     )
     job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
+    job.plan.run.stdin, job.plan.run.tty = interactive
     _print_warnings(job.plan)
     _print_dry_run(job.plan, prepared, cli, as_json, detach)
 
@@ -289,7 +299,6 @@ def _print_warnings(plan: Any) -> None:
 
 
 def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
-    from gpulaunch.engine.runspec import docker_run_argv, shell_line
     from gpulaunch.image.build import dry_run_text
     from gpulaunch.launch.plan import dry_run_json
     from gpulaunch.masking import mask, mask_data, mask_env
@@ -305,14 +314,26 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
         typer.echo(f"#   {key}={shown[key]}  ({item.source})")
     if prepared is None:
         typer.echo("# command (host)")
-        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
-        typer.echo(mask(shell_line(["env", *env_args, *plan.run.command])))
+        typer.echo(run_line(plan, detach))
         return
     typer.echo("# build (skipped when the tag exists)")
     typer.echo(dry_run_text(prepared, cli), nl=False)
     typer.echo("# run")
-    run_argv = docker_run_argv(plan.run, detach=detach)
-    typer.echo(mask(shell_line([mask(a) if a.count("=") else a for a in run_argv])))
+    typer.echo(run_line(plan, detach))
+
+
+def run_line(plan: Any, detach: bool = False) -> str:
+    """What a plan runs, as one shell line with secrets masked: `env ... CMD` on the host, the
+    `docker run` line for a container (what --dry-run prints and `rerun` shows first)."""
+    from gpulaunch.engine.runspec import docker_run_argv, shell_line
+    from gpulaunch.masking import mask, mask_env
+
+    if plan.host_mode:
+        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
+        return mask(shell_line(["env", *env_args, *plan.run.command]))
+    shown = dataclasses.replace(plan.run, env=mask_env(plan.run.env))
+    run_argv = docker_run_argv(shown, detach=detach)
+    return mask(shell_line([mask(a) if a.count("=") else a for a in run_argv]))
 
 
 @app.command()
@@ -404,3 +425,64 @@ def _finish_record(container: Any) -> None:
 
     labels = container.labels or {}
     finish_container(container, labels.get("io.gpulaunch.run-id"), _err)
+
+
+# bash when the image has it, else sh (a slim base image may lack bash)
+DEFAULT_SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
+
+
+@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@handle_errors
+def shell(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    gpus: Annotated[
+        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
+    ] = None,
+    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    network: NetworkOpt = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="Use this pushed image (REGISTRY/NAME@sha256:...); no build."),
+    ] = None,
+    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    sets: SetOpt = None,
+    interactive: InteractiveOpt = None,
+    tty: TtyOpt = None,
+) -> None:
+    """Open a shell in the project's image, with `run`'s mounts, GPUs and env (no torchrun).
+
+    A command instead of the shell goes after `--`: gpulaunch shell -- nvidia-smi
+    """
+    from gpulaunch.engine.supervise import choose
+    from gpulaunch.jobs.execute import JobIO, JobSpec, build_image, plan_job, run_attached
+    from gpulaunch.jobs.options import check_options
+    from gpulaunch.launch.plan import RunOptions
+
+    command: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or []) or list(DEFAULT_SHELL)
+    opts = RunOptions(
+        command=command,
+        nproc=1,  # one process, as typed: never torchrun
+        gpus=gpus,
+        env=list(env or []),
+        mounts=list(mount or []),
+        network=network,
+        profile=profile,
+        image=image,
+    )
+    check_options(opts)  # run's checks: one-line flags, --network, --image, mounts, env
+    cfg, project = _load(config, sets)
+    spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
+    job = plan_job(spec)
+    _print_warnings(job.plan)
+    job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    engine: Any = _engine()
+    build_image(job, engine, io)
+    _exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run

@@ -159,7 +159,8 @@ def rerun(
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
     from gpulaunch.cli.image import _build_with_progress
-    from gpulaunch.cli.jobs import _print_warnings
+    from gpulaunch.cli.jobs import _exit_with, _print_warnings, run_line
+    from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
         JobIO,
@@ -179,12 +180,16 @@ def rerun(
     spec = rerun_spec(record, current, extra, here=project)
     spec.rebuild = rebuild
     tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
-    job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+    try:  # the flags' validators (mounts, env, script) on the record's values
+        job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+    except ConfigError as err:
+        raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
     _print_warnings(job.plan)
+    _note_changed_command(ident, record, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)
-    _err(f"rerun of {ident}")
     if spec.opts.no_container:
+        _err(f"rerun of {ident} on this host: {run_line(job.plan)}")
         code = run_on_this_host(job, io, observers)
     else:
         engine = _engine()
@@ -192,10 +197,53 @@ def rerun(
             build_image(job, engine, io)
         else:
             reuse_image(job, record, engine)
+        _err(f"rerun of {ident}: {run_line(job.plan, spec.opts.detach)}")
         if spec.opts.detach:
             typer.echo(start_detached(job, engine, io, observers))
             return
         code = run_attached(job, engine, io, observers)
-    if code:
-        _err(f"gpulaunch: job exited with {code}")
-    raise typer.Exit(code)
+    _exit_with(code, job)
+
+
+def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: list[str]) -> None:
+    """History shows the recorded command; when this host makes another one (fewer GPUs, a
+    moved checkout), say so before the line that runs."""
+    from gpulaunch.engine.runspec import shell_line
+    from gpulaunch.masking import mask
+
+    recorded = [str(part) for part in record.get("command") or []]
+    now = [mask(str(part)) for part in plan.run.command]
+    if not extra and recorded != now:
+        _err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")
+
+
+@app.command()
+@handle_errors
+def explain(
+    target: Annotated[
+        str, typer.Argument(metavar="RUN_ID|LOGFILE", help="A run id or a job's log file.")
+    ],
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Why a run failed: its output matched against known failures (cause and fix).
+
+    A run id shows what was found when the run ended (and reads a smoke run's log); a log
+    file is read from its end (the last 64 KiB). Exit 1 when no known cause matches.
+    """
+    from pathlib import Path
+
+    from gpulaunch.records.explain import explain_target
+
+    found, label = explain_target(target, Path.cwd(), lambda: _load(config)[1])
+    if as_json:
+        typer.echo(json.dumps({"target": label, "explanation": found}, indent=2))
+    elif found is not None:
+        typer.echo(f"cause: {found['cause']}")
+        typer.echo(f"fix: {found['fix']}")
+        if found.get("doc"):
+            typer.echo(f"see: {found['doc']}")
+    else:
+        _err(f"{label}: no known cause found")
+    if found is None:
+        raise typer.Exit(1)

@@ -40,9 +40,10 @@ def _driver_cell(row: MatrixRow) -> str:
     """The driver every GPU needs, and the older branches some brands may use."""
     if not row.min_driver:
         return "-"
-    if not row.driver_branches:
-        return row.min_driver
-    return f"{row.min_driver} (or branch {', '.join(row.driver_branches)}*)"
+    text = row.min_driver
+    if row.driver_branches:
+        text += f" (or branch {', '.join(row.driver_branches)}*)"
+    return text if row.driver_verified else text + " rule unverified"
 
 
 def matrix_table(torch: str | None, cuda: str | None) -> Table:
@@ -84,7 +85,8 @@ def matrix_table(torch: str | None, cuda: str | None) -> Table:
     table.caption = (
         "min driver: what the image's NVIDIA_REQUIRE_CUDA needs for every GPU; "
         "* forward-compatibility branches, for the GPU brands the image lists "
-        "(datacenter brands; GeForce/Titan only up to CUDA 12.4)"
+        "(datacenter brands; GeForce/Titan only up to CUDA 12.4); rule unverified: an image "
+        "newer than NVIDIA's Dockerfiles gpulaunch read (modelled, never a default)"
     )
     if overlaid:
         table.caption += "; overlay: the user catalog file a row comes from (--json: origin)"

@@ -46,7 +46,11 @@ class DockerCli:
     mode: Literal["buildx", "env"]  # `docker buildx build` or DOCKER_BUILDKIT=1 docker build
 
     def build_argv(
-        self, req: BuildRequest, dockerfile_path: Path, context: Path | None = None
+        self,
+        req: BuildRequest,
+        dockerfile_path: Path,
+        context: Path | None = None,
+        secret_dir: Path | None = None,
     ) -> list[str]:
         argv = (
             [self.path, "buildx", "build", "--load"]
@@ -68,7 +72,8 @@ class DockerCli:
         if req.no_cache:
             argv.append("--no-cache")
         for sid in sorted(req.secrets):  # files in the private build temp dir
-            argv += ["--secret", f"id={sid},src={dockerfile_path.parent / sid}"]
+            folder = secret_dir or dockerfile_path.parent
+            argv += ["--secret", f"id={sid},src={folder / sid}"]
         argv.append(str(context or req.context))
         return argv
 

@@ -7,8 +7,10 @@ and hashed as a link (its target text), as Docker sends it.
 
 `.dockerignore` rules follow Docker's matcher (moby/patternmatcher): Go-style globs with
 `**`, `!` exceptions, later rules win, a rule matching a folder matches everything below.
-Files the Dockerfile references are re-included whatever .dockerignore says, and the
-config file plus `.gpulaunch/` are always left out (launch.env may hold secrets).
+Credential files (`SECRET_FILES`: keys, `.netrc`, `.pypirc`, `.aws`, docker's config.json ...)
+are left out at any depth whatever .dockerignore says, files the Dockerfile references (a
+`ca_cert` named `*.pem`) are re-included whatever either says, and the config file plus
+`.gpulaunch/` are always left out (launch.env may hold secrets).
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ from typing import IO, Literal, Protocol
 from gpulaunch.errors import ConfigError
 
 ALWAYS_EXCLUDED = ("gpulaunch.yaml", "gpulaunch.yml", ".gpulaunch", ".dockerignore")
+# Credentials a project folder often holds: never copied into an image by `COPY . /workspace`.
+SECRET_FILES = (
+    "**/*.key",
+    "**/*.pem",
+    "**/.aws",
+    "**/.netrc",
+    "**/_netrc",
+    "**/.docker/config.json",
+    "**/.pypirc",
+    "**/.git-credentials",
+    "**/.ssh",
+    "**/id_rsa*",
+    "**/id_ecdsa*",
+    "**/id_ed25519*",
+)
 Kind = Literal["file", "dir", "link"]
 _ESCAPE = set(".+()|{}$")
 _CHUNK = 1 << 20
@@ -112,9 +129,11 @@ def _rule(pattern: str, exclusion: bool, source: str) -> Rule:
 def effective_rules(
     user: list[Rule], required: Iterable[str], never: Iterable[str] = ()
 ) -> list[Rule]:
-    """User rules, then re-include the files the Dockerfile needs, then the fixed excludes
-    (plus `never`: a config file given with --config under another name)."""
+    """User rules, then the credential files, then re-include the files the Dockerfile needs,
+    then the fixed excludes (plus `never`: a config file given with --config under another
+    name)."""
     rules = list(user)
+    rules += [_rule(pattern, False, "gpulaunch") for pattern in SECRET_FILES]
     rules += [_rule(_glob_escape(rel), True, "required file") for rel in required]
     rules += [_rule(name, False, "gpulaunch") for name in ALWAYS_EXCLUDED]
     rules += [_rule(_glob_escape(rel), False, "gpulaunch") for rel in never]

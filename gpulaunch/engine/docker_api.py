@@ -40,6 +40,8 @@ PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fas
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
+# the NVIDIA runtime's refusal, deep in a long OCI error: kept whole, the rest is cut to 400
+_NVIDIA_REQUIREMENT = re.compile(r"requirement error: unsatisfied condition: [^,\n\"\\]+")
 NVIDIA_MISSING_HINT = (
     "install the NVIDIA Container Toolkit (nvidia-container-toolkit) and restart dockerd, "
     "or run on the CPU with --gpus 0"
@@ -392,6 +394,11 @@ class Engine:
                     "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
                     '"" with capabilities [[gpu]])',
                     hint=NVIDIA_MISSING_HINT,
+                ) from None
+            requirement = _NVIDIA_REQUIREMENT.search(str(err.explanation or err))
+            if requirement:
+                raise EngineError(
+                    f"the NVIDIA runtime refused to start the container: {requirement[0]}"
                 ) from None
             rlimit = _RLIMIT_REFUSED.search(text)
             if rlimit:

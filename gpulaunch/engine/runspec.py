@@ -45,6 +45,7 @@ class RunPlan:
     workdir: str = WORKSPACE
     ipc: str | None = "host"
     shm_size: str | None = None
+    memory: str | None = None  # docker --memory: the container's memory limit
     ulimits: dict[str, int] = field(default_factory=lambda: dict(NGC_ULIMITS))
     init: bool = True
     stop_timeout: int = STOP_TIMEOUT
@@ -57,6 +58,8 @@ class RunPlan:
     hostname: str | None = None
     extra_hosts: dict[str, str] = field(default_factory=dict)
     restart_retries: int = 0  # a detached single-process job: the engine restarts it on failure
+    stdin: bool = False  # docker run --interactive: gpulaunch's stdin goes to the job
+    tty: bool = False  # docker run --tty: the job gets a terminal (stdout and stderr are one)
 
     def __post_init__(self) -> None:
         if self.network == "none":
@@ -95,6 +98,7 @@ class RunPlan:
                 "gpus": self.gpus,
                 "ipc": self.ipc,
                 "shm_size": self.shm_size,
+                "memory": self.memory,
                 "ulimits": self.ulimits,
                 "init": self.init,
                 "stop_timeout": self.stop_timeout,
@@ -107,6 +111,8 @@ class RunPlan:
                 "labels": self.labels,
                 "mounts": [m.__dict__ for m in self.mounts],
                 "restart_retries": self.restart_retries,
+                "interactive": self.stdin,
+                "tty": self.tty,
             },
             "numa": self.numa,
         }
@@ -120,6 +126,10 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
     argv = ["docker", "run", "--detach" if detach else "--rm", "--name", plan.name]
     if plan.init:
         argv.append("--init")
+    if plan.stdin:
+        argv.append("--interactive")
+    if plan.tty:
+        argv.append("--tty")
     argv += ["--user", plan.user, "--workdir", plan.workdir]
     if plan.gpus not in (0, "0"):
         argv += ["--gpus", _gpus_cli(plan.gpus)]
@@ -127,6 +137,8 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
         argv += ["--ipc", plan.ipc]
     if plan.shm_size:
         argv += ["--shm-size", plan.shm_size]
+    if plan.memory:
+        argv += ["--memory", plan.memory]
     for name, limit in sorted(plan.ulimits.items()):
         argv += ["--ulimit", f"{name}={limit}"]
     # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
@@ -190,10 +202,16 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
         else:
             ids = plan.gpus.split(",")
             kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if plan.stdin:
+        kwargs["stdin_open"] = True
+    if plan.tty:
+        kwargs["tty"] = True
     if plan.ipc:
         kwargs["ipc_mode"] = plan.ipc
     if plan.shm_size:
         kwargs["shm_size"] = plan.shm_size
+    if plan.memory:
+        kwargs["mem_limit"] = plan.memory
     if plan.network:
         kwargs["network_mode"] = plan.network
     if plan.hostname:

@@ -3,12 +3,27 @@
 Ctrl-C / SIGTERM -> the container gets SIGTERM (its init forwards it to torchrun, which
 forwards it to the ranks), SIGKILL after the stop timeout; a second Ctrl-C kills at once.
 The container is removed on every path and the exit code is the job's, or 130 / 143.
+
+Interactive jobs: gpulaunch's stdin to the container (`docker run -i`) and a terminal for
+it (`-t`), so `breakpoint()` / pdb / `input()` work and `echo hi | gpulaunch run -- cat`
+prints hi.
+
+When: stdin is passed when it is a terminal gpulaunch reads in the foreground, or a pipe, a
+file or a socket (never /dev/null or a closed descriptor: the job then reads end-of-file at
+once, as without -i); a terminal is allocated when stdin and stdout are both terminals.
+`--interactive/--no-interactive` and `--tty/--no-tty` decide instead. With a terminal, the
+local one is put in raw mode (keys, Ctrl-C included, go to the job as typed) and always
+restored; its size follows the local window (SIGWINCH).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
+import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -34,6 +49,37 @@ class _Stopper:
         self.event.set()
 
 
+class OutputTail:
+    """The last `limit` bytes of a job's output (both streams, as they arrive) and how its
+    container ended: what the failure explainer reads. Never the whole output in memory."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self.oom_killed = False
+        self.exit_code: int | None = None
+
+    def add(self, chunk: bytes) -> None:
+        with self._lock:
+            self._buf += chunk
+            if len(self._buf) > self.limit:
+                del self._buf[: len(self._buf) - self.limit]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._buf.decode("utf-8", "replace")
+
+    def read_state(self, container: Any) -> None:
+        """OOMKilled and the exit code from the engine (before the container is removed)."""
+        with contextlib.suppress(Exception):
+            container.reload()
+            state = (container.attrs or {}).get("State") or {}
+            self.oom_killed = bool(state.get("OOMKilled"))
+            if isinstance(state.get("ExitCode"), int):
+                self.exit_code = state["ExitCode"]
+
+
 class StopRequest(threading.Event):
     """A caller's request to stop the job (a smoke run's timeout), set from any thread.
     `honoured` turns true when the job was sent SIGTERM for it: a request that comes after
@@ -45,24 +91,31 @@ class StopRequest(threading.Event):
 
 
 def _pump(
-    chunks: Iterator[bytes], out: BinaryIO, done: threading.Event, warn: Callable[[str], None]
+    frames: Iterator[tuple[int, bytes]],
+    targets: dict[int, BinaryIO],
+    done: threading.Event,
+    warn: Callable[[str], None],
+    tail: OutputTail | None = None,
 ) -> None:
-    """Copy one attached stream to `out` until the job ends.
+    """Copy attached output to its target (1: stdout, 2: stderr) until the job ends.
 
-    When `out` fails (`gpulaunch run ... | head`: the reader left), the stream is still read
-    to its end and dropped, as the engine drops it when `docker run`'s CLI dies of SIGPIPE:
-    the engine blocks on an attach stream nobody reads, the job with it, and every inspect of
-    the container until the reader goes. The job runs on; its exit code stays the result."""
-    failed = False
+    When a target fails (`gpulaunch run ... | head`: the reader left), the stream is still
+    read to its end and dropped, as the engine drops it when `docker run`'s CLI dies of
+    SIGPIPE: the engine blocks on an attach stream nobody reads, the job with it, and every
+    inspect of the container until the reader goes. The job runs on; its exit code stays the
+    result."""
+    failed: set[int] = set()
     try:
-        for chunk in chunks:
-            if failed:
+        for stream, chunk in frames:
+            if tail is not None:
+                tail.add(chunk)
+            if stream in failed or stream not in targets:
                 continue
             try:
-                out.write(chunk)
-                out.flush()
+                targets[stream].write(chunk)
+                targets[stream].flush()
             except (OSError, ValueError) as err:  # a closed pipe or file
-                failed = True
+                failed.add(stream)
                 with contextlib.suppress(Exception):
                     warn(f"warning: cannot write the job's output ({err}); dropping the rest")
     except Exception:
@@ -71,16 +124,21 @@ def _pump(
         done.set()
 
 
+def _numbered(number: int, chunks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    return ((number, chunk) for chunk in chunks)
+
+
 def start(
     engine: Engine,
     plan: RunPlan,
     warn: Callable[[str], None],
-    attached: dict[str, Iterator[bytes]] | None = None,
+    attached: dict[str, Any] | None = None,
 ) -> Any:
     """Create and start the container; drop a ulimit the engine may not raise, with a warning.
 
     With `attached`, its "stdout" and "stderr" are attached between create and start, so no
-    byte the job writes is missed or goes through the engine's log driver.
+    byte the job writes is missed or goes through the engine's log driver; an interactive
+    plan (stdin or a terminal) gets one "socket" for stdin, stdout and stderr instead.
 
     NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
     sandbox refuses it. Running with the engine's default beats not running at all, but the
@@ -90,9 +148,13 @@ def start(
         plan.pin_hostname()  # the default network is no network on a bridge-less engine
 
     def attach(container: Any) -> None:
-        if attached is not None:
-            for stream in ("stdout", "stderr"):
-                attached[stream] = attach_output(container, stream)
+        if attached is None:
+            return
+        if plan.stdin or plan.tty:
+            attached["socket"] = _attach_socket(container, plan.stdin)
+            return
+        for stream in ("stdout", "stderr"):
+            attached[stream] = attach_output(container, stream)
 
     def drop(name: str) -> None:
         del plan.ulimits[name]
@@ -123,6 +185,7 @@ def supervise(
     warn: Callable[[str], None],
     on_started: Callable[[Any], None] | None = None,
     stop: threading.Event | None = None,
+    tail: OutputTail | None = None,
 ) -> int:
     """Run the plan's container to completion; return the exit code gpulaunch should exit with.
 
@@ -130,12 +193,13 @@ def supervise(
     them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
     `stop`, when set by the caller (a smoke run's timeout), stops the job as a first signal
     would (SIGTERM, SIGKILL after the stop timeout) and the job's own exit code is returned.
+    `tail`, when given, keeps the end of the output and the container's end state.
     """
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
+    attached: dict[str, Any] = {}
     try:
-        attached: dict[str, Iterator[bytes]] = {}
         container = start(engine, plan, warn, attached)
         if on_started:
             on_started(container)
@@ -151,30 +215,32 @@ def supervise(
                 finished.set()
                 stopper.event.set()  # wake the loop now, not at its next 0.2 s tick
 
-        streamed = [threading.Event(), threading.Event()]
-        for target, done, stream in ((out, streamed[0], "stdout"), (err, streamed[1], "stderr")):
+        sock = attached.get("socket")
+        if sock is not None:  # one stream: the engine tells stdout from stderr (no terminal)
+            pumps = [(_frames(sock, plan.tty), {1: out, 2: err})]
+        else:
+            pumps = [
+                (_numbered(1, attached["stdout"]), {1: out}),
+                (_numbered(2, attached["stderr"]), {2: err}),
+            ]
+        streamed = [threading.Event() for _ in pumps]
+        for (frames, targets), done in zip(pumps, streamed, strict=True):
             threading.Thread(
-                target=_pump, args=(attached[stream], target, done, warn), daemon=True
+                target=_pump, args=(frames, targets, done, warn, tail), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
-        graceful_sent = forced = False
-        while not finished.is_set():
-            stopper.event.wait(0.2)
-            requested = stop is not None and stop.is_set()
-            if (stopper.count or requested) and not graceful_sent:
-                graceful_sent = True
-                if requested and isinstance(stop, StopRequest):
-                    stop.honoured = True
-                _signal(container, "SIGTERM")
-                timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
-                timer.daemon = True
-                timer.start()
-            if stopper.count > 1 and not forced:
-                forced = True
-                _signal(container, "SIGKILL")
-            stopper.event.clear()
+        if sock is not None and plan.stdin:
+            threading.Thread(
+                target=_forward_stdin,
+                args=(sock, STDIN_FD, finished),
+                daemon=True,
+            ).start()
+        with _terminal(container) if plan.tty else contextlib.nullcontext():
+            _watch(container, plan, stopper, stop, finished)
         for done in streamed:
             done.wait(5)
+        if tail is not None:
+            tail.read_state(container)
         if stopper.signum is not None:
             return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
         if "error" in exit_box:
@@ -183,6 +249,8 @@ def supervise(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if "socket" in attached:
+            _close_socket(attached["socket"])
         if container is not None:
             engine.discard(container)
         else:
@@ -190,6 +258,155 @@ def supervise(
                 engine.discard(engine.find_leftover(plan.name, plan.run_id))
 
 
+def _watch(
+    container: Any,
+    plan: RunPlan,
+    stopper: _Stopper,
+    stop: threading.Event | None,
+    finished: threading.Event,
+) -> None:
+    """Until the job ends: a first signal (or `stop`) sends SIGTERM and arms SIGKILL after
+    the stop timeout; a second signal sends SIGKILL at once."""
+    graceful_sent = forced = False
+    while not finished.is_set():
+        stopper.event.wait(0.2)
+        requested = stop is not None and stop.is_set()
+        if (stopper.count or requested) and not graceful_sent:
+            graceful_sent = True
+            if requested and isinstance(stop, StopRequest):
+                stop.honoured = True
+            _signal(container, "SIGTERM")
+            timer = threading.Timer(plan.stop_timeout, _signal, (container, "SIGKILL"))
+            timer.daemon = True
+            timer.start()
+        if stopper.count > 1 and not forced:
+            forced = True
+            _signal(container, "SIGKILL")
+        stopper.event.clear()
+
+
 def _signal(container: Any, name: str) -> None:
     with contextlib.suppress(Exception):
         container.kill(signal=name)
+
+
+# -- interactive jobs: stdin and a terminal ------------------------------------------------
+STDIN_FD = 0
+STDOUT_FD = 1
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _foreground(fd: int) -> bool:
+    """Is this process group the terminal's foreground one (`gpulaunch run ... &` is not:
+    reading the terminal would stop it with SIGTTIN)?"""
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _pipe_or_file(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+
+
+def choose(
+    interactive: bool | None,
+    tty: bool | None,
+    stdin_fd: int = STDIN_FD,
+    stdout_fd: int = STDOUT_FD,
+) -> tuple[bool, bool]:
+    """(pass stdin, allocate a terminal) from the flags, None meaning "decide from the fds"."""
+    terminal_in = _isatty(stdin_fd) and _foreground(stdin_fd)
+    if interactive is None:
+        interactive = terminal_in or _pipe_or_file(stdin_fd)
+    if tty is None:
+        tty = interactive and terminal_in and _isatty(stdout_fd)
+    return interactive, tty
+
+
+def _attach_socket(container: Any, stdin: bool) -> Any:
+    """One attach connection for stdin (when passed), stdout and stderr, made before start."""
+    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    return container.attach_socket(params=params)
+
+
+def _frames(sock: Any, tty: bool) -> Iterator[tuple[int, bytes]]:
+    """(1 for stdout / 2 for stderr, bytes) as the engine sends them; with a terminal, all
+    is stdout."""
+    from docker.utils.socket import frames_iter
+
+    return iter(frames_iter(sock, tty))
+
+
+def _raw_socket(sock: Any) -> Any:
+    return getattr(sock, "_sock", sock)
+
+
+def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
+    """Copy `fd` to the job until end-of-file (then close the job's stdin, as `docker run -i`
+    does) or until the job ends. Polls, so it never outlives the job by more than 0.2 s."""
+    raw = _raw_socket(sock)
+    eof = False
+    try:
+        while not stop.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                eof = True
+                break
+            raw.sendall(data)
+    except (OSError, ValueError):
+        return  # the job ended (socket closed) or stdin went away
+    if eof:
+        with contextlib.suppress(OSError):
+            raw.shutdown(socket.SHUT_WR)
+
+
+def _close_socket(sock: Any) -> None:
+    with contextlib.suppress(Exception):
+        _raw_socket(sock).close()
+    with contextlib.suppress(Exception):
+        sock.close()
+
+
+@contextlib.contextmanager
+def _terminal(container: Any, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> Iterator[None]:
+    """The local terminal in raw mode, its size forwarded, restored on every way out."""
+    import termios
+    import tty as ttymod
+
+    saved = None
+    if _isatty(fd):
+        with contextlib.suppress(termios.error):
+            saved = termios.tcgetattr(fd)
+            ttymod.setraw(fd)
+
+    def resize(*_: Any) -> None:
+        with contextlib.suppress(Exception):
+            size = os.get_terminal_size(out_fd)
+            container.resize(height=size.lines, width=size.columns)
+
+    previous = None
+    if _isatty(out_fd) and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGWINCH, resize)
+    resize()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGWINCH, previous)
+        if saved is not None:
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)

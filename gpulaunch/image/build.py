@@ -111,8 +111,10 @@ def read_dockerignore(project: Path) -> str:
     path = project / ".dockerignore"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return render_dockerignore()
+    except FileNotFoundError:  # the rules init writes, the project's code folders kept
+        from gpulaunch.project.layout import keep_code
+
+        return keep_code(render_dockerignore(), project)[0]
     except OSError as err:
         reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ConfigError(f"{path}: cannot read: {reason}") from None
@@ -218,8 +220,14 @@ def _checkpoints_in(config: ProjectConfig, project: Path) -> list[str]:
 def dry_run_argv(prepared: PreparedBuild, cli: DockerCli | None) -> list[str]:
     """The equivalent docker command line (Dockerfile read from stdin: `-f -`)."""
     tool = cli or DockerCli("docker", "env")
-    argv = tool.build_argv(prepared.request, Path("-"))
-    return argv
+    return tool.build_argv(prepared.request, Path("-"), secret_dir=_secret_dir_shown())
+
+
+def _secret_dir_shown() -> Path:
+    """Where a build writes each BuildKit secret (0600): its private temp folder, named then."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "gpulaunch-build-XXXXXXXX"
 
 
 def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
@@ -230,9 +238,14 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
     req = prepared.request
     note = (
         f"# context: {len(req.entries)} entries of {req.context} (.dockerignore, plus the files"
-        " the Dockerfile reads, minus the config and .gpulaunch/); gpulaunch sends exactly"
-        " these, the docker CLI alone would apply .dockerignore only\n"
+        " the Dockerfile reads, minus the config, .gpulaunch/ and credential files); gpulaunch"
+        " sends exactly these, the docker CLI alone would apply .dockerignore only\n"
     )
+    if req.secrets:
+        note += (
+            f"# each --secret src is a file (0600) in {_secret_dir_shown()}, the build's private"
+            " folder (named when the build starts), holding the value\n"
+        )
     heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
     return mask(note + prefix + shlex.join(argv) + heredoc)
 

@@ -82,6 +82,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     driver_requirement=rule.text if rule else None,
                     driver_branches=tuple(rule.branches()) if rule else (),
                     origin=patch.origin or (variant.origin if variant else None) or rel.origin,
+                    driver_verified=rule.verified if rule else True,
                 )
             )
     return rows
@@ -202,7 +203,8 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
     A build fits when the driver rule its image meets at container start admits the driver
     for every GPU brand of the host (natively: builds that start only through a datacenter
     forward-compatibility branch come after all native ones) and its wheels carry kernels for
-    every GPU's compute capability. [] without a driver or GPUs. Rows: `matrix()` by default.
+    every GPU's compute capability; builds whose image's driver rule is unverified (not read
+    from NVIDIA) are left out. [] without a driver or GPUs. Rows: `matrix()` by default.
     """
     if not host.driver or not host.names:
         return []
@@ -212,6 +214,8 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
     forward: list[MatrixRow] = []
     for row in matrix() if rows is None else rows:
         if row.cuda is None or row.status != "stable" or row.confidence == "low":
+            continue
+        if not row.driver_verified:  # an image rule gpulaunch modelled: never a default
             continue
         if not all(_supports(row.archs, row.cuda, cc) for cc in ccs):
             continue

@@ -7,7 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulaunch.config import CONFIG_NAME, dump_config, sanitize_name, validate_data
+from gpulaunch.config import (
+    CONFIG_NAME,
+    ProjectConfig,
+    dump_config,
+    sanitize_name,
+    validate_data,
+)
 from gpulaunch.errors import ConfigError, FileExistsRefusal
 from gpulaunch.image import compat
 from gpulaunch.image.compat import HostGpus, matrix
@@ -15,9 +21,10 @@ from gpulaunch.image.render import image_request, render_dockerignore, summarize
 from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import read_project
-from gpulaunch.project.model import Project
+from gpulaunch.project.layout import keep_code
+from gpulaunch.project.model import TORCH_FAMILY, Project
 from gpulaunch.project.reconcile import Choice, reconcile
-from gpulaunch.project.syspkgs import needs
+from gpulaunch.project.syspkgs import COMPILERS, needs
 from gpulaunch.yamlio import atomic_write
 
 HEADER = (
@@ -39,6 +46,9 @@ class InitOptions:
     ask: Callable[[InitOptions], None] | None = None
     # Where NVML is asked (GPULAUNCH_SYSFS_ROOT etc.); None: the host is not looked at.
     env: Mapping[str, str] | None = None
+    # Read what each exactly pinned dependency requires of torch from the package index
+    # (PyPI's JSON API, $GPULAUNCH_PYPI_URL), so a torch they exclude is never chosen.
+    check_pins: bool = False
 
 
 @dataclass
@@ -68,6 +78,13 @@ def _report(project: Project) -> list[str]:
         notes.append(
             f"{local.where}: {local.path} is installed after the project is copied (--no-deps)"
         )
+    if any(local.path == "." for local in project.locals):
+        notes.append("the project itself is installed (pip install --no-deps -e /workspace)")
+    for folder, why in project.import_paths:
+        notes.append(
+            f"the project itself is not installed: /workspace/{folder} goes on PYTHONPATH "
+            f"({why}); add `-e .` to the requirements to install it instead"
+        )
     return notes
 
 
@@ -78,8 +95,12 @@ def run_init(opts: InitOptions) -> InitResult:
     config_path = directory / CONFIG_NAME
     if config_path.exists() and not opts.force:
         raise FileExistsRefusal(f"{config_path}: already exists; use --force to overwrite")
-    project = read_project(directory)
-    notes = _report(project)
+    # a CUDA image unless a CPU one is asked: the project's [gpu] extra over its [cpu] one
+    gpu = "cpu" not in (opts.cuda, opts.flavor)
+    project = read_project(directory, gpu=gpu)
+    notes: list[str] = []
+    if opts.check_pins:
+        notes += _index_constraints(project)
     host = compat.probe(opts.env) if opts.env is not None else None
     flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
@@ -104,6 +125,10 @@ def run_init(opts: InitOptions) -> InitResult:
         opts.python = opts.python or choice.python
     if opts.flavor is None and opts.cuda == "cpu":
         opts.flavor = "cpu"
+    if gpu and "cpu" in (opts.cuda, opts.flavor):  # the project chose a CPU build itself
+        project = read_project(directory, gpu=False)
+    notes[:0] = _report(project)
+    _toolchain(opts, project, notes)
     if opts.ask is not None:
         chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
@@ -130,6 +155,14 @@ def run_init(opts: InitOptions) -> InitResult:
     name = opts.name or sanitize_name(directory.resolve().name)
     config = validate_data({"version": 1, "name": name, "image": image})
     resolved = resolve(image_request(config))
+    headers = _python_headers(resolved, system)
+    if headers is not None:
+        notes.append(
+            f"system packages {headers}: the headers of the image's Python "
+            f"({resolved.python_source} {resolved.python}), which a compiled package needs"
+        )
+        image["system_packages"] = [*system, headers]
+        config = validate_data({"version": 1, "name": name, "image": image})
     if resolved.cuda and "cuda" not in image:
         notes.append(
             f"CUDA {resolved.cuda}: the project names no CUDA build, so the catalog's default "
@@ -146,17 +179,163 @@ def run_init(opts: InitOptions) -> InitResult:
     )
     config = config.model_copy(update={"image": pinned})
     validate_data(config.model_dump(mode="json"))  # the file we write must load back
+    _renders(config, directory, project)
+    if opts.check_pins and resolved.torch:
+        notes.append(_replay(project, resolved.torch))
 
     atomic_write(config_path, HEADER + dump_config(config), force=opts.force)
     ignore_path = directory / ".dockerignore"
     wrote_ignore = False
     if not ignore_path.exists():
-        atomic_write(ignore_path, render_dockerignore())
+        text, kept, present = keep_code(render_dockerignore(), directory)
+        atomic_write(ignore_path, text)
         wrote_ignore = True
+        notes += [
+            f".dockerignore keeps {name}/ in the build context: {why}" for name, why in kept.items()
+        ]
+        if present:
+            shown = ", ".join(n + "/" if (directory / n).is_dir() else n for n in present)
+            notes.append(f".dockerignore leaves out of the build context: {shown}")
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
+
+
+PIN_CHECK_TIMEOUT_S = 10.0
+PIN_CHECK_MAX = 40  # exact pins asked about; a long lock file is read by its own lock path
+
+
+def _index_constraints(project: Project) -> list[str]:
+    """Each exactly pinned dependency's own torch requirement, from the index (`zetascale
+    ==2.1.6` requires torch==2.2.0): replayed before the build, so the choice resolves.
+    An index that does not answer is said, and the check stops."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from gpulaunch.outside import pypi
+
+    env = {str(k): str(v) for k, v in default_environment().items()}
+    env.update(sys_platform="linux", platform_system="Linux", extra="")
+    exact = [
+        d
+        for d in project.deps
+        if d.url is None and d.name not in TORCH_FAMILY and _exact_version(d.specifier)
+    ]
+    for dep in exact[:PIN_CHECK_MAX]:
+        version = _exact_version(dep.specifier)
+        try:
+            info = pypi.release(dep.name, version, timeout=PIN_CHECK_TIMEOUT_S).get("info", {})
+        except pypi.Unreachable as err:
+            if err.message.endswith(": HTTP 404"):  # not on this index: nothing it says
+                continue
+            return [f"warning: pins not checked against the index: {err.message}"]
+        requires = info.get("requires_dist") if isinstance(info, dict) else None
+        for text in requires if isinstance(requires, list) else []:
+            try:
+                req = Requirement(str(text))
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) != "torch" or not req.specifier:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            why = f"{dep.name}=={version} ({dep.where}) requires torch{req.specifier}"
+            project.torch_constraints.append((str(req.specifier), why))
+    return [f"checked {min(len(exact), PIN_CHECK_MAX)} exact pins against the index"]
+
+
+def _replay(project: Project, torch: str) -> str:
+    """pip's own resolution of the project's requirements with the torch chosen (a dry
+    run for this machine's interpreter: markers are evaluated here, not in the image)."""
+    import platform
+
+    from gpulaunch.outside import pip
+
+    texts = [d.text for d in project.deps if d.url is None and d.name not in TORCH_FAMILY]
+    try:
+        answer = pip.dry_run([*texts, f"torch=={torch}"])
+    except pip.PipUnavailable as err:
+        return f"warning: the resolution was not replayed: {err.message}"
+    if not answer.ok:
+        raise ConfigError(
+            f"--check-pins: pip cannot install torch {torch} with the requirements of "
+            f"{project.entry}: {answer.conflict}"
+        )
+    return (
+        f"pip resolves torch {torch} with the {len(texts)} requirements of {project.entry} "
+        f"(a dry run for this machine's Python {platform.python_version()})"
+    )
+
+
+def _exact_version(spec: str) -> str:
+    if spec.startswith("==") and "," not in spec and "*" not in spec:
+        return spec[2:]
+    return ""
+
+
+def _toolchain(opts: InitOptions, project: Project, notes: list[str]) -> None:
+    """A local package whose build imports torch needs torch in the image; a CUDA extension
+    needs nvcc, which only devel (and NGC) images have."""
+    needing = next((b for b in project.builds if not b.isolated), None)
+    if needing is not None and opts.torch == "none":
+        raise ConfigError(
+            f"--torch: none, but the build of {needing.shown} imports torch ({needing.torch})"
+        )
+    editable = {local.path for local in project.locals if local.editable}
+    for build in project.builds:
+        if build.compiles and build.path in editable:
+            notes.append(
+                f"warning: {build.shown} compiles its extension into the project tree at build "
+                "time, and `gpulaunch run` mounts the project over /workspace, hiding it: build "
+                "it in the tree once (gpulaunch run -- python setup.py build_ext --inplace)"
+            )
+    cuda = next((b for b in project.builds if b.cuda), None)
+    if cuda is None:
+        return
+    if opts.flavor == "cpu" or opts.cuda == "cpu":
+        notes.append(
+            f"warning: {cuda.shown} builds a CUDA extension ({cuda.cuda}), which a CPU image "
+            "cannot compile (no nvcc): the build fails unless its setup.py skips it"
+        )
+    elif opts.flavor is None:
+        opts.flavor = "devel"
+        notes.append(
+            f"flavor devel (nvcc and the CUDA headers): {cuda.shown} builds a CUDA extension "
+            f"({cuda.cuda})"
+        )
+    elif opts.flavor == "runtime":
+        raise ConfigError(
+            f"--flavor: runtime images have no nvcc, and {cuda.shown} builds a CUDA extension "
+            f"({cuda.cuda}); use --flavor devel"
+        )
+
+
+def _python_headers(resolved: ResolvedImage, system: list[str]) -> str | None:
+    """The package with the image's Python headers, when a compiler is installed for a
+    package that builds an extension (Python.h comes from the interpreter's own -dev
+    package; python:*-slim, NGC and standalone CPython ship them)."""
+    if not any(p in COMPILERS for p in system):
+        return None
+    source = resolved.python_source
+    if source == "deadsnakes":
+        package = f"python{resolved.python}-dev"
+    elif source == "distro" or (source == "image" and resolved.flavor not in ("cpu", "ngc")):
+        package = "python3-dev"  # the OS's Python (a base image of the user's: its python3)
+    else:
+        package = ""
+    return package if package and package not in system else None
+
+
+def _renders(config: ProjectConfig, directory: Path, project: Project) -> None:
+    """The config init writes must render: a refusal of render is init's, before writing."""
+    from gpulaunch.image.render import plan_image, render_dockerfile
+
+    try:
+        render_dockerfile(plan_image(config, directory, "buildkit", project))
+    except ConfigError as err:
+        raise ConfigError(f"init: the config would not render: {err.message}") from None
 
 
 def _system_packages(project: Project, notes: list[str]) -> list[str]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,11 +20,17 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import ImageRequest, ResolvedImage
 from gpulaunch.image.resolver import resolve
+from gpulaunch.masking import has_userinfo, is_secret_name
+from gpulaunch.project import layout
+from gpulaunch.project.pyproject import strict_dependencies
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
     from gpulaunch.config import ProjectConfig
+    from gpulaunch.project.model import Project
+
+    Archs = tuple[str, ...] | None
 
 Builder = Literal["buildkit", "classic"]
 WHEEL_MOUNT = "/opt/gpulaunch/find-links"
@@ -93,25 +99,6 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _pyproject_dependencies(path: Path) -> list[str]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
-    table = data.get("project", {})
-    deps = table.get("dependencies", []) if isinstance(table, dict) else None
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
-    from gpulaunch.textcheck import bad_char
-
-    for dep in deps:
-        if bad_char(dep) is not None:
-            raise ConfigError(
-                f"image.requirements: dependency {dep!r} contains a line break or control character"
-            )
-    return list(deps)
-
-
 def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[str], list[str]]:
     """(packages from the base OS, packages from the deadsnakes PPA)."""
     pkgs: list[str] = []
@@ -123,8 +110,10 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
         deadsnakes = [f"python{resolved.python}", f"python{resolved.python}-venv"]
     if config.image.ca_cert or resolved.python_source in ("distro", "deadsnakes", "standalone"):
         pkgs.append("ca-certificates")
-    pkgs += config.image.system_packages
-    return _unique(pkgs), deadsnakes
+    ppa = f"python{resolved.python}-" if deadsnakes else "\0"  # its -dev is the PPA's too
+    pkgs += [p for p in config.image.system_packages if not p.startswith(ppa)]
+    deadsnakes += [p for p in config.image.system_packages if p.startswith(ppa)]
+    return _unique(pkgs), _unique(deadsnakes)
 
 
 def _torch_install(
@@ -152,8 +141,11 @@ def _links_flags(config: ProjectConfig, links: list[dict[str, str]]) -> str:
     return (" --no-index" + flags) if config.image.pip.no_index else flags
 
 
-def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> ImagePlan:
-    """Resolve versions and compute the template context for one builder."""
+def plan_image(
+    config: ProjectConfig, project_dir: Path, builder: Builder, known: Project | None = None
+) -> ImagePlan:
+    """Resolve versions and compute the template context for one builder (`known`: the
+    project as the caller read it, reused when read for the same entry and GPU choice)."""
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
@@ -166,12 +158,16 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
             raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
         links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
 
-    deps = _dependencies(project_dir, img.requirements, required) if img.requirements else None
+    archs = resolved.cuda_archs if resolved.cuda or resolved.flavor == "ngc" else None
+    entry = img.requirements
+    deps = _dependencies(project_dir, entry, required, archs, known) if entry else None
 
     if img.ca_cert:
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
+        _check_certificate(cert, img.ca_cert)
+    _check_image_env(dict(img.env))
 
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
     torch_install = _torch_install(resolved, list(img.torch_extras), companions)
@@ -212,6 +208,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
+    import_paths = deps.import_paths if deps else layout.import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
         "gl_version": __version__,
@@ -242,6 +239,9 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "requirement_edits": deps.edits if deps else [],
         "dependencies": deps.inline if deps else [],
         "local_installs": deps.local_installs if deps else [],
+        "local_builds": deps.local_builds if deps else [],
+        "build_env": deps.build_env if deps else "",
+        "python_path": ":".join(["/workspace", *(f"/workspace/{p}" for p in import_paths)]),
         "req_source_flags": req_flags,
         "pip_secrets": sorted(secrets),
         "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
@@ -325,9 +325,15 @@ class _Dependencies:
     edits: list[str]  # sed commands that take local installs out before the project is copied
     inline: list[str]  # PEP 508 texts on pip's command line
     local_installs: list[str]  # pip arguments, installed with --no-deps after the project copy
+    local_builds: list[str]  # the same, built without isolation (their build imports torch)
+    build_env: str  # their environment (a CUDA extension: TORCH_CUDA_ARCH_LIST, FORCE_CUDA)
+    import_paths: list[str]  # project folders on PYTHONPATH besides the root
 
 
-def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Dependencies:
+def _dependencies(
+    project_dir: Path, entry: str, required: list[str], archs: Archs, known: Project | None
+) -> _Dependencies:
+    """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read."""
     from gpulaunch.project.discover import read_project
     from gpulaunch.textcheck import bad_char
 
@@ -335,9 +341,9 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
     if not entry_path.is_file():
         raise ConfigError(f"image.requirements: {entry!r} not found in the project")
     if Path(entry).name == "pyproject.toml":
-        _pyproject_dependencies(entry_path)  # the strict checks on [project].dependencies
+        strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        model = read_project(project_dir, entry)
+        model = read_project(project_dir, entry, archs is not None, reuse=known)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise
@@ -353,20 +359,50 @@ def _dependencies(project_dir: Path, entry: str, required: list[str]) -> _Depend
         if req_file.drop:
             ranges = " ".join(f"-e {a},{b}d" if a != b else f"-e {a}d" for a, b in req_file.drop)
             edits.append(f"sed -i {ranges} {shlex.quote(target)}")
-    for text in model.inline:
+    edits += layout.constraint_lines(model)  # uv overrides, beside the torch* pins
+    for text in [*model.inline, *(text for text, _ in model.constraints)]:
         if bad_char(text) is not None:
             raise ConfigError(
                 f"image.requirements: dependency {text!r} contains a line break or control "
                 "character"
             )
     locals_: list[str] = []
+    builds: list[str] = []
     for local in model.locals:
         path = _inside(project_dir, local.path, "image.requirements", [])
         rel = path.relative_to(project_dir.resolve()).as_posix()
         target = "/workspace" if rel == "." else f"/workspace/{rel}"
-        locals_.append(("-e " if local.editable else "") + shlex.quote(target))
+        build = model.build_of(local.path)
+        into = builds if build is not None and not build.isolated else locals_
+        into.append(("-e " if local.editable else "") + shlex.quote(target))
     entry_target = copies[0]["target"] if model.entry_kind == "requirements" else None
-    return _Dependencies(entry_target, copies, edits, list(model.inline), locals_)
+    env = layout.build_env(archs, any(b.cuda and not b.isolated for b in model.builds))
+    paths = [p for p, _ in model.import_paths]
+    return _Dependencies(entry_target, copies, edits, model.inline, locals_, builds, env, paths)
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def _check_certificate(path: Path, rel: str) -> None:
+    """image.ca_cert is copied into the image: PEM certificates only, never a private key."""
+    with path.open("rb") as fh:
+        kinds = {m.decode("ascii") for m in _PEM_BLOCK.findall(fh.read(1 << 20))}
+    if any("PRIVATE KEY" in kind for kind in kinds):
+        raise ConfigError(f"image.ca_cert: {rel!r} holds a private key; give the CA certificate")
+    if kinds != {"CERTIFICATE"}:
+        raise ConfigError(f"image.ca_cert: {rel!r} is not a PEM certificate (BEGIN CERTIFICATE)")
+
+
+def _check_image_env(env: dict[str, str]) -> None:
+    """image.env is ENV in every layer (`docker history`): a secret-looking name (*TOKEN*,
+    *KEY*, *SECRET*, *PASSWORD* ...) or a URL with credentials is refused."""
+    for name, value in env.items():
+        if is_secret_name(name) or "KEY" in name.upper() or has_userinfo(value):
+            raise ConfigError(
+                f"image.env.{name}: looks like a secret and would be baked into the image; "
+                "set it at run time with launch.env or --env"
+            )
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

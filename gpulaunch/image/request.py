@@ -111,6 +111,7 @@ class MatrixRow:
     driver_requirement: str | None = None
     driver_branches: tuple[str, ...] = ()
     origin: str | None = None  # the overlay file this row's facts come from (None: packaged)
+    driver_verified: bool = True  # False: the image's rule is modelled, not read from NVIDIA
 
     @property
     def python_range(self) -> str:
@@ -188,7 +189,10 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
     if value is not None and value.strip().lower() == "none":
         return None
     if value is None:
-        release = _newest(cat.releases, lambda r: r.minor)
+        # the newest release with a build whose image's driver rule is NVIDIA's own: a
+        # release whose builds all need unverified images is never the default
+        ready = [r for r in cat.releases if any(verified_image(cat, v) for v in r.variants)]
+        release = _newest(ready or cat.releases, lambda r: r.minor)
         return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
     text = value.strip()
     m = _TORCH_RE.match(text)
@@ -211,12 +215,14 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
     )
 
 
-def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
+def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None, cat: Catalog | None = None) -> Variant:
     """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
     gpulaunch.catalog.driver_rule.broad_reach)."""
     rel = sel.release
     if cuda is None:
-        return broad_reach_variant(rel)
+        if cat is None:
+            return broad_reach_variant(rel)
+        return broad_reach_variant(rel, lambda v: verified_image(cat, v))
     for v in rel.variants:
         if v.cuda == cuda.xy:
             return v
@@ -226,12 +232,24 @@ def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None) -> Variant:
     )
 
 
-def broad_reach_variant(rel: TorchRelease) -> Variant:
+def verified_image(cat: Catalog, variant: Variant) -> bool:
+    """A build whose CUDA x.y has a trusted nvidia/cuda image with NVIDIA's own driver rule."""
+    return any(
+        img.xy == variant.cuda and img.confidence != "low" and driver_rule.verified_rule(img.cuda)
+        for img in cat.cuda_images
+    )
+
+
+def broad_reach_variant(
+    rel: TorchRelease, verified: Callable[[Variant], bool] = lambda v: True
+) -> Variant:
     """The default build when no CUDA is asked for: among upstream's stable builds, the one
     whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
     then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
-    builds (an overlay's unconfirmed rows) are chosen only when nothing else is left."""
+    builds (an overlay's unconfirmed rows) and builds whose images have only an unverified
+    driver rule (`verified`) are chosen only when nothing else is left."""
     trusted = [v for v in rel.variants if v.confidence != "low"] or list(rel.variants)
+    trusted = [v for v in trusted if verified(v)] or trusted
     stable = [v for v in trusted if v.status == "stable"] or trusted
 
     def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:

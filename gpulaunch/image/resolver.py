@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
     _DASH,
@@ -157,7 +158,7 @@ def _resolve_custom(
         cuda_text = None
     else:
         if sel is not None:
-            variant = _choose_variant(sel, cuda)
+            variant = _choose_variant(sel, cuda, cat)
         variant_name = variant.variant if variant else None
         cuda_text = cuda.text if cuda else (variant.cuda if variant else None)
     base = req.base or ""
@@ -288,8 +289,10 @@ def _choose_image(
 
 
 def _documented(rows: list[CudaImage]) -> list[CudaImage]:
-    """The rows NVIDIA documents (high confidence), or all of them when none is documented."""
-    return [img for img in rows if img.confidence == "high"] or rows
+    """The rows NVIDIA documents (high confidence) whose driver rule is read from NVIDIA's
+    Dockerfiles; else the rows with such a rule; else all of them (a warning says so)."""
+    verified = [img for img in rows if driver_rule.verified_rule(img.cuda)]
+    return [img for img in verified if img.confidence == "high"] or verified or rows
 
 
 def _resolve_cuda(
@@ -325,6 +328,9 @@ def _resolve_cuda(
 
     if image.confidence == "low":
         warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
+    if not driver_rule.verified_rule(image.cuda):
+        rule = driver_rule.cuda_image_requirement(image.cuda)
+        warnings.append(f"{base_image}: driver rule not read from NVIDIA ({rule.source})")
     same = [i for i in cat.cuda_images if i.xy == image.xy]
     latest = _newest(_documented(same) if image.confidence == "high" else same, lambda i: i.cuda)
     if _vt(image.cuda) < _vt(latest.cuda):
@@ -368,7 +374,7 @@ def _variant_with_image(
 ) -> tuple[Variant, CudaImage, str]:
     """Variant and image together: without an explicit CUDA, fall back to another stable
     variant when the default one has no image for the requested OS / cuDNN."""
-    default = _choose_variant(sel, cuda)
+    default = _choose_variant(sel, cuda, cat)
     try:
         image, chosen_os = _choose_image(
             cat, default.cuda, cuda.full if cuda else None, kind, cudnn, os_name, sel

@@ -42,6 +42,8 @@ class Job:
     code: int | None = None
     # one {started_at, ended_at, exit_code} per attempt (--restarts); records keep them
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    # why it failed (records.explain.Explanation), when a known signature matched
+    explanation: Any = None
 
 
 class Observer(Protocol):
@@ -87,6 +89,16 @@ def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) ->
 
 def build_image(job: Job, engine: Any, io: JobIO) -> None:
     """Build (or reuse) the image and point the plan at its tag."""
+    from gpulaunch.errors import GpulaunchError
+
+    try:
+        _build_image(job, engine, io)
+    except GpulaunchError as err:
+        explain_error(job, err)
+        raise
+
+
+def _build_image(job: Job, engine: Any, io: JobIO) -> None:
     from gpulaunch.image.build import BuildOptions
 
     spec = job.spec
@@ -126,10 +138,12 @@ def run_attached(
     Setting `stop` (smoke's timeout) stops the job as SIGTERM would, SIGKILL after the
     stop timeout; the container is removed on every path."""
     from gpulaunch.engine.runspec import shell_line
-    from gpulaunch.engine.supervise import supervise
+    from gpulaunch.engine.supervise import OutputTail, supervise
+    from gpulaunch.errors import GpulaunchError
 
     write_run_files(job.plan, job.spec.project)
     io.say(f"running {job.plan.run.name}: {shell_line(job.plan.run.command)}")
+    tails: list[OutputTail] = []
 
     def on_started(container: Any) -> None:
         first = job.container is None
@@ -138,6 +152,7 @@ def run_attached(
             _tell(observers, "started", job)
 
     def attempt() -> int:
+        tails.append(OutputTail())
         return supervise(
             engine,
             job.plan.run,
@@ -146,11 +161,43 @@ def run_attached(
             warn=io.say,
             on_started=on_started,
             stop=stop,
+            tail=tails[-1],
         )
 
-    job.code = _with_restarts(job, io, attempt)
+    try:
+        job.code = _with_restarts(job, io, attempt)
+    except GpulaunchError as err:
+        explain_error(job, err)  # the engine refused to start it (a driver rule, ...)
+        raise
+    tail = tails[-1]
+    job.explanation = _explain(job, tail.text(), job.code, tail.oom_killed)
     _tell(observers, "finished", job)
     return job.code
+
+
+def _explain(job: Job, text: str, code: int | None, oom_killed: bool = False) -> Any:
+    """The known cause of a failure (records.explain), or None; never an error of its own."""
+    import os
+
+    from gpulaunch.errors import GpulaunchError
+    from gpulaunch.records.explain import Evidence, explain_failure
+
+    resolved = getattr(getattr(job.build, "plan", None), "resolved", None)
+    evidence = Evidence(text, code, oom_killed, job.spec.project, resolved, dict(os.environ))
+    try:
+        return explain_failure(evidence)
+    except GpulaunchError:
+        return None
+
+
+def explain_error(job: Job, err: Any) -> None:
+    """A build or start failure of a known kind gets its cause and fix as the error's hint."""
+    if err.hint:
+        return
+    text = f"{getattr(err, 'log_tail', '')}\n{err.message}"
+    job.explanation = _explain(job, text, None)
+    if job.explanation is not None:
+        err.hint = job.explanation.text()
 
 
 def _with_restarts(job: Job, io: JobIO, attempt: Callable[[], int]) -> int:

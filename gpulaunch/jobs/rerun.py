@@ -8,12 +8,16 @@ gpulaunch.yaml (same field, when masking it gives the recorded text) or, for
 naming the field. A masked part of the command or its arguments cannot be restored: refused.
 The run happens in the project the record was found in (a moved or copied checkout), in the
 recorded working folder's place inside it.
+
+A record is data, never authority: it is read only when sealed by this user's gpulaunch
+(records/seal.py), and even then each option goes through the validator of the `run` flag that
+sets it; a field no flag sets is refused. The CLI prints what will run before it runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +107,30 @@ def _same_place(record: dict[str, Any], project: Path) -> Path:
     return inside if inside.is_dir() else project
 
 
+def _checked(check: Any, *args: Any) -> Any:
+    """A flag's validator applied to a record's value: its error says it came from the record."""
+    try:
+        return check(*args)
+    except ConfigError as err:
+        raise ConfigError(f"rerun: the record's {err.message}") from None
+
+
+def _text_field(record: dict[str, Any], name: str) -> str | None:
+    """A record field that names a path (project, cwd, config_file): a single line or absent."""
+    from gpulaunch.textcheck import single_line
+
+    value = record.get(name)
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ValueError("is not a string")
+        single_line(value)
+    except ValueError as err:
+        raise ConfigError(f"rerun: the record's {name}: {err}") from None
+    return value
+
+
 def rerun_spec(
     record: dict[str, Any],
     current_cfg: Any,
@@ -111,38 +139,52 @@ def rerun_spec(
     here: Path | None = None,
 ) -> Any:
     """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args,
-    in the project `here` (where the record was found; default: the recorded one)."""
-    from gpulaunch.config import ProjectConfig
+    in the project `here` (where the record was found; default: the recorded one).
+
+    The record is data: its options go through the checks `run` makes on its flags
+    (jobs/options.py), its config through the config file's validation, its price through
+    --price's; anything they would refuse is refused here (exit 2, one line naming the field).
+    """
+    from gpulaunch.config import validate_data
     from gpulaunch.jobs.execute import JobSpec
-    from gpulaunch.launch.plan import RunOptions
+    from gpulaunch.jobs.options import check_options, check_price, options_from_record
 
     environ = os.environ if environ is None else environ
     current = current_cfg.model_dump(mode="json") if current_cfg is not None else {}
     config = _unmask(record.get("config") or {}, current, "config")
     try:
-        cfg = ProjectConfig.model_validate(config)
-    except Exception as err:
-        raise ConfigError(f"rerun: the recorded config is not valid any more: {err}") from None
-    known = {f.name for f in dataclasses.fields(RunOptions)}
-    options = {k: v for k, v in (record.get("options") or {}).items() if k in known}
-    options["env"] = _env_flags(list(options.get("env") or []), environ)
-    _refuse_masked({k: v for k, v in options.items() if k != "env"}, "options")
-    opts = RunOptions(**options)
+        cfg = validate_data(config, "the recorded config")
+    except ConfigError as err:
+        raise ConfigError(
+            f"rerun: the recorded config is not valid any more: {err.message}"
+        ) from None
+    opts = _checked(options_from_record, record.get("options") or {})
+    opts.env = _env_flags(list(opts.env), environ)
+    _refuse_masked({k: v for k, v in vars(opts).items() if k != "env"}, "options")
+    _checked(check_options, opts)
+    if (record.get("mode") == "host") != opts.no_container:
+        raise ConfigError(
+            f"rerun: the record's mode {record.get('mode')!r} does not match its "
+            f"options.no_container ({opts.no_container})"
+        )
+    price = _checked(check_price, record.get("price_per_gpu_hour"), "price_per_gpu_hour")
     if extra:
         if opts.command:
             opts.command = [*opts.command, *extra]
         else:
             opts.args = [*opts.args, *extra]
-    project = Path(here) if here is not None else Path(str(record.get("project")))
+    recorded_project = _text_field(record, "project")
+    _text_field(record, "cwd")
+    config_file = _text_field(record, "config_file")
+    project = Path(here) if here is not None else Path(str(recorded_project))
     cwd = _same_place(record, project)
-    config_file = record.get("config_file")
     return JobSpec(
         cfg,
         project,
         cwd,
         opts,
         config_file=None if config_file is None else Path(config_file),
-        price=record.get("price_per_gpu_hour"),
+        price=price,
     )
 
 
@@ -157,6 +199,8 @@ def reuse_image(job: Any, record: dict[str, Any], engine: Any) -> None:
             f"run {record.get('id')}: its record has no image id",
             hint=f"`gpulaunch rerun {record.get('id')} --rebuild` builds one from its config",
         )
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):
+        raise ConfigError(f"rerun: the record's image.id {image_id!r} is not an image id")
     if not engine.image_exists(image_id):
         raise EngineError(
             f"run {record.get('id')}: its image {image.get('tag')} ({image_id[:19]}) is gone",

@@ -100,7 +100,11 @@ def script_command(
     rdzv: list[str] | None = None,
 ) -> list[str]:
     """python SCRIPT (one process), torchrun --standalone --nproc-per-node N SCRIPT, or with
-    `rdzv` (multi-node torchrun options) torchrun RDZV --nproc-per-node N SCRIPT."""
+    `rdzv` (multi-node torchrun options) torchrun RDZV --nproc-per-node N SCRIPT.
+
+    One process of a script that calls init_process_group itself still goes through torchrun:
+    under plain python its env:// rendezvous finds no RANK/WORLD_SIZE/MASTER_ADDR and the job
+    fails at once (seen with examples/ddp at --gpus 1 on a real H200 host)."""
     path = (cwd / script).resolve()
     if not path.is_file():
         raise ConfigError(f"script: {script!r} not found")
@@ -112,10 +116,17 @@ def script_command(
     if rdzv:
         head = ["torchrun", *rdzv, "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
-    if nproc > 1:
+    if nproc > 1 or (nproc == 1 and _starts_its_own_group(path)):
         head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
     return ["python", *([wrapper] if wrapper else []), target, *args]
+
+
+def _starts_its_own_group(script: Path) -> bool:
+    try:
+        return "init_process_group(" in script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def module_command(command: list[str], nproc: int) -> list[str]:

@@ -97,6 +97,9 @@ def _find_binding(env: Mapping[str, str]) -> Binding | None:
         raise PlanError(f"{PLAN_ENV} is not valid JSON: {exc}") from None
     ranks = _validate(plan)
     local_rank = env.get("LOCAL_RANK", "").strip()
+    if not local_rank and len(ranks) == 1:
+        # a single-process job runs without torchrun (no LOCAL_RANK): the plan's one rank is it
+        return ranks[0]
     if not local_rank:
         _say("LOCAL_RANK is not set; running without CPU binding")
         return None

@@ -136,6 +136,8 @@ def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: st
         plan.shm_size = str(docker["shm_size"])
         if plan.ipc == "host":
             plan.ipc = None  # a private /dev/shm of that size instead of the host's
+    if docker.get("memory"):
+        plan.memory = str(docker["memory"])
     if docker.get("network") and not cli_network and plan.network is None:
         plan.network = str(docker["network"])
     plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add") or []))
@@ -156,6 +158,7 @@ def plan_run(
     from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
     from gpulaunch.launch.presets import detect_interconnect
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+    from gpulaunch.project.layout import import_paths
 
     if opts.numa is not None and opts.numa not in MODES:
         raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
@@ -234,7 +237,9 @@ def plan_run(
     lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
     run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     # the project root too, so entry scripts in subfolders import the project's package
-    run_env["PYTHONPATH"] = f"{lib_dir}:{project if host_mode else WORKSPACE}"
+    root = str(project) if host_mode else WORKSPACE
+    extra = [f"{root}/{p}" for p in import_paths(project, config.image.requirements)]
+    run_env["PYTHONPATH"] = ":".join([lib_dir, root, *extra])  # src/ as the image has it
     run_env.update(launch.env_values())
     run_env.update(numa.to_env())
     if host_mode:
@@ -251,6 +256,12 @@ def plan_run(
     for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
         mounts.append(parse_mount(spec, project, where))
         mount_notes += mount_warnings(mounts[-1], where)
+    if use_gpus and not host_mode and "cpu" in (config.image.cuda, config.image.flavor):
+        field = "image.cuda: cpu" if config.image.cuda == "cpu" else "image.flavor: cpu"
+        mount_notes.append(
+            f"--gpus {gpus}: the image is a CPU build ({field}): torch in it cannot use the GPUs "
+            "asked for; choose a CUDA build (image.cuda) to use them"
+        )
     if mount_notes:
         launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     checkpoints = checkpoint_folder(config, project)

@@ -25,7 +25,16 @@ PRECISION_VAR = "GPULAUNCH_PRECISION"
 ALLOC_VAR = "PYTORCH_ALLOC_CONF"
 LEGACY_ALLOC_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-DOCKER_KEYS = ("shm_size", "ipc", "network", "cap_add", "devices", "ulimits", "cpuset_cpus")
+DOCKER_KEYS = (
+    "shm_size",
+    "ipc",
+    "memory",
+    "network",
+    "cap_add",
+    "devices",
+    "ulimits",
+    "cpuset_cpus",
+)
 SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.project.layout import find_builds, find_import_paths
 from gpulaunch.project.model import LocalInstall, Project
 from gpulaunch.project.others import (
     read_conda,
@@ -96,9 +97,15 @@ def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     return sorted(n for n in names if n != entry and n not in read)
 
 
-def read_project(root: Path, entry: str | None = None) -> Project:
-    """The project model of `root`; `entry` (image.requirements) or the first candidate."""
-    project = Project()
+def read_project(
+    root: Path, entry: str | None = None, gpu: bool | None = None, reuse: Project | None = None
+) -> Project:
+    """The project model of `root`; `entry` (image.requirements) or the first candidate.
+    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras. `reuse`:
+    a model the caller read already, returned when it was read for the same entry and gpu."""
+    if reuse is not None and (reuse.entry, reuse.gpu) == (entry, gpu):
+        return reuse
+    project = Project(gpu=gpu)
     found = candidates(root)
     installs = [
         rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
@@ -112,7 +119,9 @@ def read_project(root: Path, entry: str | None = None) -> Project:
     for rel in found:
         if rel != chosen and rel not in {f.path for f in project.files}:
             reader = _reader_for(rel)
-            if reader is not None:
+            if reader is not None and reader[0] == "script":
+                _script_too(root, rel, project)
+            elif reader is not None:
                 reader[1](root, rel, project, False)
             elif is_requirements_name(rel):
                 project.sources.append(f"{rel} (pip requirements, not installed)")
@@ -120,7 +129,64 @@ def read_project(root: Path, entry: str | None = None) -> Project:
         if rel not in found:
             project.sources.append(f"{rel} (pip requirements, not installed)")
     _local_dependencies(root, project)
+    _locked_torch(root, project)
+    find_builds(root, project)
+    find_import_paths(root, project)
     return project
+
+
+def _locked_torch(root: Path, project: Project) -> None:
+    """The torch a lock file (uv.lock, poetry.lock, pdm.lock) resolved binds init's choice:
+    the other locked packages were resolved against it."""
+    for name in ("uv.lock", "poetry.lock", "pdm.lock"):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = load_toml(path, name)
+        except ConfigError as err:
+            project.not_understood.append(err.message)
+            continue
+        packages = data.get("package")
+        versions: dict[str, int] = {}
+        for package in packages if isinstance(packages, list) else []:
+            if isinstance(package, dict) and package.get("name") == "torch":
+                version = str(package.get("version", "")).split("+", 1)[0]
+                if version:
+                    versions.setdefault(version, 0)
+        if len(versions) == 1:
+            (version,) = versions
+            text = path.read_text(encoding="utf-8", errors="replace")
+            line = next(
+                (i for i, raw in enumerate(text.splitlines(), 1) if raw == 'name = "torch"'), 0
+            )
+            where = f"{name}:{line}" if line else name
+            project.torch_constraints.append((f"=={version}", f"{where} (locks torch {version})"))
+        elif versions:
+            project.notes.append(
+                f"{name}: locks several torch versions ({', '.join(sorted(versions))}); "
+                "none is taken as the project's"
+            )
+        return
+
+
+def _script_too(root: Path, rel: str, project: Project) -> None:
+    """A script with a PEP 723 block is run as an entry point: its dependencies are installed
+    beside the entry's (those the entry names already keep the entry's version)."""
+    sub = Project()
+    read_script(root, rel, sub, True)
+    project.sources += sub.sources
+    project.not_understood += sub.not_understood
+    project.set_python(sub.python_spec or "", sub.python_where or "")
+    seen = project.dist_names()
+    added = [d for d in sub.deps if d.name not in seen]
+    project.deps += added
+    project.inline += [d.text for d in added]
+    if added:
+        project.notes.append(
+            f"{rel}: its PEP 723 dependencies are installed too (an entry point): "
+            + ", ".join(d.text for d in added)
+        )
 
 
 def _read_entry(root: Path, rel: str, project: Project) -> None:
@@ -135,7 +201,7 @@ def _read_entry(root: Path, rel: str, project: Project) -> None:
     project.entry_kind = reader[0]
     reader[1](root, rel, project, True)
     if project.install_project and not any(loc.path == "." for loc in project.locals):
-        project.locals.append(LocalInstall(".", True, rel))
+        project.add_local(LocalInstall(".", True, rel))
 
 
 def _local_dependencies(root: Path, project: Project) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -34,6 +35,26 @@ class LocalInstall:
     where: str
 
 
+@dataclass(frozen=True)
+class Build:
+    """What building a local package needs beyond pip's isolated build environment."""
+
+    path: str  # the LocalInstall path
+    torch: str = ""  # why its build imports torch ("setup.py:3 imports torch.utils...")
+    compiles: str = ""  # why it compiles C/C++ ("setup.py:9 CppExtension")
+    cuda: str = ""  # why it needs nvcc ("setup.py:9 CUDAExtension")
+    requires: tuple[str, ...] = ()  # its build requirements other than torch*
+
+    @property
+    def shown(self) -> str:
+        return "the project (.)" if self.path == "." else self.path
+
+    @property
+    def isolated(self) -> bool:
+        """pip's isolated build env has no torch: a build importing torch runs without it."""
+        return not self.torch
+
+
 @dataclass
 class ReqFile:
     """A requirements or constraints file the Dockerfile copies (by its relative path)."""
@@ -60,17 +81,42 @@ class Project:
     inline: list[str] = field(default_factory=list)  # PEP 508 texts given on pip's command line
     files: list[ReqFile] = field(default_factory=list)  # requirements files to copy, entry first
     locals: list[LocalInstall] = field(default_factory=list)
+    builds: list[Build] = field(default_factory=list)  # local packages whose build needs more
+    # project-relative folders put on PYTHONPATH (a src/ layout not installed), with why
+    import_paths: list[tuple[str, str]] = field(default_factory=list)
+    # what else binds torch's version: a lock file, a -c constraints file, a dependency's
+    # own requirement (init's --check-pins): (PEP 440 specifier, why)
+    torch_constraints: list[tuple[str, str]] = field(default_factory=list)
+    # uv override-dependencies, applied as pip constraints (PEP 508 texts, with where)
+    constraints: list[tuple[str, str]] = field(default_factory=list)
     install_project: bool = False  # the entry is an installable pyproject/setup project
     indexes: list[str] = field(default_factory=list)  # index / find-links URLs the project names
     torch_index: str | None = None  # the index the project takes torch from (uv/poetry/Pipfile)
     python_spec: str | None = None  # a PEP 440 specifier for the interpreter
     python_where: str | None = None
     variant: str | None = None  # "cu118", "cpu", ... the project's torch build
+    # set by the caller before reading: True for a CUDA image (a [gpu]/[cuda] extra is
+    # installed), False for a CPU one (a [cpu] extra), None: neither
+    gpu: bool | None = None
     variant_where: str | None = None
 
     def pin(self, name: str) -> Dep | None:
         """The first requirement on `name` (torch, torchvision, torchaudio...)."""
         return next((d for d in self.deps if d.name == name), None)
+
+    def build_of(self, path: str) -> Build | None:
+        return next((b for b in self.builds if b.path == path), None)
+
+    def add_local(self, local: LocalInstall) -> None:
+        """One install per path: pip refuses the same `-e PATH` twice (two requirement files
+        naming it); editable wins when one of them asks for it."""
+        local = LocalInstall(posixpath.normpath(local.path), local.editable, local.where)
+        for i, known in enumerate(self.locals):
+            if known.path == local.path:
+                if local.editable and not known.editable:
+                    self.locals[i] = LocalInstall(known.path, True, known.where)
+                return
+        self.locals.append(local)
 
     def dist_names(self) -> set[str]:
         return {d.name for d in self.deps}
@@ -130,3 +176,19 @@ def variant_of_version(spec: str) -> str | None:
         return None
     local = spec.split("+", 1)[1].split(",", 1)[0].strip()
     return local if _is_variant(local) else None
+
+
+def pick_extra(names: list[str], gpu: bool | None) -> str | None:
+    """The optional-dependency group a CUDA (gpu=True) or CPU image installs: `gpu`, `cuda`,
+    `cuda12`, `cu121` ... over `cpu` ones, and the reverse."""
+    if gpu is None:
+        return None
+
+    def is_gpu(name: str) -> bool:
+        low = name.lower().replace("_", "-")
+        return low in ("gpu", "cuda") or low.startswith(("cuda", "gpu-")) or _is_variant(low)
+
+    for name in names:
+        if (is_gpu(name) and name.lower() != "cpu") if gpu else name.lower() == "cpu":
+            return name
+    return None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import Project, variant_of_url
+from gpulaunch.project.model import Project, pick_extra, variant_of_url
 from gpulaunch.project.pyproject import load_toml
 from gpulaunch.project.requirements import read_requirement_texts, read_text
 
@@ -38,7 +38,8 @@ _CONDA_SKIP = {
 def read_setup_cfg(root: Path, rel: str, project: Project, entry: bool) -> None:
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(read_text(root / rel, rel))
+        text = read_text(root / rel, rel)
+        parser.read_string(text)
     except configparser.Error as err:
         raise ConfigError(f"{rel}: cannot parse: {err}") from None
     project.sources.append(f"{rel} (setuptools [options])")
@@ -47,13 +48,14 @@ def read_setup_cfg(root: Path, rel: str, project: Project, entry: bool) -> None:
         project.set_python(requires, f"{rel} python_requires")
     lines = parser.get("options", "install_requires", fallback="").splitlines()
     if entry:
-        read_requirement_texts([x.strip() for x in lines if x.strip()], rel, project)
+        read_requirement_texts([x.strip() for x in lines if x.strip()], rel, project, text)
         project.install_project = True
 
 
 def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
     try:
-        tree = ast.parse(read_text(root / rel, rel))
+        source = read_text(root / rel, rel)
+        tree = ast.parse(source)
     except SyntaxError as err:
         project.not_understood.append(f"{rel}: cannot parse ({err.msg})")
         return
@@ -79,11 +81,30 @@ def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
                     )
                     continue
                 if entry and isinstance(value, (list, tuple)):
-                    read_requirement_texts([str(v) for v in value], rel, project)
+                    read_requirement_texts([str(v) for v in value], rel, project, source)
+            if kw.arg == "extras_require" and entry:
+                _setup_extras(rel, kw.value, project, source)
     if entry:
         project.install_project = True
         if not found:
             project.notes.append(f"{rel}: no install_requires found")
+
+
+def _setup_extras(rel: str, node: ast.expr, project: Project, source: str) -> None:
+    """setup.py's literal extras_require: the [gpu]/[cuda] group for a CUDA image, [cpu]
+    for a CPU one (pyproject's optional-dependencies have the same rule)."""
+    try:
+        extras = ast.literal_eval(node)
+    except ValueError:
+        return
+    if not isinstance(extras, dict):
+        return
+    picked = pick_extra(sorted(str(k) for k in extras), project.gpu)
+    if picked is not None and isinstance(extras[picked], (list, tuple)):
+        image = "a CUDA image" if project.gpu else "a CPU image"
+        project.notes.append(f"{rel}: installing the extra [{picked}] ({image})")
+        texts = [str(v) for v in extras[picked]]
+        read_requirement_texts(texts, f"{rel} [{picked}]", project, source)
 
 
 def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
@@ -103,9 +124,7 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
         if "path" in table:
             from gpulaunch.project.model import LocalInstall
 
-            project.locals.append(
-                LocalInstall(str(table["path"]), bool(table.get("editable")), rel)
-            )
+            project.add_local(LocalInstall(str(table["path"]), bool(table.get("editable")), rel))
             continue
         if "git" in table:
             texts.append(f"{name} @ git+{table['git']}")
@@ -117,13 +136,15 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
             project.torch_index = index
             project.set_variant(variant_of_url(index), f"{rel} [packages] torch (index {index})")
     if entry:
-        read_requirement_texts(texts, rel, project)
+        read_requirement_texts(texts, rel, project, read_text(root / rel, rel))
     if data.get("dev-packages"):
         project.notes.append(f"{rel}: [dev-packages] not installed")
 
 
 def _conda_text(spec: str) -> tuple[str, str]:
-    """ "pytorch=2.1.0" -> ("pytorch", "==2.1.0.*"); "numpy>=1.24" -> ("numpy", ">=1.24")."""
+    """A conda match spec as a name and a PEP 440 specifier: "pytorch=2.1.0" -> ("pytorch",
+    "==2.1.0"), "python >= 3.8" -> ("python", ">=3.8"), "numpy 1.24" -> ("numpy", "==1.24.*");
+    a build string ("=py3.10_cuda11.8_0", "numpy 1.24 py310_0") is dropped."""
     spec = spec.split("::", 1)[-1].strip()
     for i, char in enumerate(spec):
         if char in "=<>!~ ":
@@ -131,18 +152,24 @@ def _conda_text(spec: str) -> tuple[str, str]:
             break
     else:
         return spec, ""
-    rest = rest.split()[0] if rest.split() else ""
-    if rest.startswith("=") and not rest.startswith("=="):
-        version = rest[1:].rstrip("*").rstrip(".")
-        return name, f"=={version}" if version.count(".") >= 2 else f"=={version}.*"
-    return name, rest
+    if rest[:1] in "<>!~" or rest.startswith("=="):
+        rest = "".join(rest.split())  # ">= 3.8, <4" -> ">=3.8,<4"
+        return name, rest
+    if rest.startswith("="):
+        rest = rest[1:]
+    version = rest.split()[0].split("=")[0] if rest.split() else ""
+    version = version.rstrip("*").rstrip(".")
+    if not version:
+        return name, ""
+    return name, f"=={version}" if version.count(".") >= 2 else f"=={version}.*"
 
 
 def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
     from gpulaunch.yamlio import parse_yaml_text
 
     try:
-        data = parse_yaml_text(read_text(root / rel, rel), rel)
+        source = read_text(root / rel, rel)
+        data = parse_yaml_text(source, rel)
     except ConfigError as err:
         project.not_understood.append(f"{rel}: {err.message}")
         return
@@ -175,7 +202,7 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
             if name not in _CONDA_TORCH and name not in ("torchvision", "torchaudio"):
                 conda_only.append(name)
     if entry:
-        read_requirement_texts(texts, f"{rel} (conda)", project)
+        read_requirement_texts(texts, f"{rel} (conda)", project, source)
         _pip_section(root, rel, pip_lines, project)
         if conda_only:
             project.notes.append(
@@ -194,7 +221,7 @@ def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> No
             project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
         elif req:
             texts.append(req)
-    read_requirement_texts(texts, f"{rel} pip:", project)
+    read_requirement_texts(texts, f"{rel} pip:", project, read_text(root / rel, rel))
 
 
 def script_block(text: str) -> dict[str, Any] | None:
@@ -218,7 +245,8 @@ def script_block(text: str) -> dict[str, Any] | None:
 
 
 def read_script(root: Path, rel: str, project: Project, entry: bool) -> None:
-    block = script_block(read_text(root / rel, rel))
+    source = read_text(root / rel, rel)
+    block = script_block(source)
     if block is None:
         project.not_understood.append(f"{rel}: a `# /// script` block that is not valid TOML")
         return
@@ -228,4 +256,4 @@ def read_script(root: Path, rel: str, project: Project, entry: bool) -> None:
         project.set_python(requires, f"{rel} requires-python")
     deps = block.get("dependencies")
     if entry and isinstance(deps, list):
-        read_requirement_texts([str(d) for d in deps], rel, project)
+        read_requirement_texts([str(d) for d in deps], rel, project, source)

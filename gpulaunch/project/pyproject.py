@@ -11,7 +11,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import LocalInstall, Project, variant_of_url
+from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, pick_extra, variant_of_url
 from gpulaunch.project.requirements import read_requirement_texts, read_text
 
 
@@ -77,18 +77,27 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     deps = pep621.get("dependencies")
     texts = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
     if entry:
-        read_requirement_texts(texts, rel, project)
-        groups = sorted(_table(pep621, "optional-dependencies"))
+        source = read_text(root / rel, rel)
+        read_requirement_texts(texts, rel, project, source)
+        optional = _table(pep621, "optional-dependencies")
+        picked = pick_extra(sorted(optional), project.gpu)
+        if picked is not None and isinstance(optional[picked], list):
+            image = "a CUDA image" if project.gpu else "a CPU image"
+            project.notes.append(f"{rel}: installing the optional group [{picked}] ({image})")
+            extra = [str(d) for d in optional[picked]]
+            read_requirement_texts(extra, f"{rel} [{picked}]", project, source)
+        groups = sorted(g for g in optional if g != picked)
         if groups:
             project.notes.append(
                 f"{rel}: optional dependency groups not installed: {', '.join(groups)}"
             )
+        _overrides(rel, uv, project)
     if poetry:
-        _poetry(rel, poetry, project, entry)
+        _poetry(rel, poetry, project, entry, read_text(root / rel, rel))
     _indexes(rel, data, project)
 
 
-def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> None:
+def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, source: str) -> None:
     sources: dict[Any, str] = {
         s.get("name"): str(s["url"])
         for s in poetry.get("source", [])
@@ -109,9 +118,7 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> 
                 project.set_python(spec, where)
             continue
         if "path" in table:
-            project.locals.append(
-                LocalInstall(str(table["path"]), bool(table.get("develop")), where)
-            )
+            project.add_local(LocalInstall(str(table["path"]), bool(table.get("develop")), where))
             continue
         if "git" in table:
             ref = f"@{table['rev']}" if "rev" in table else ""
@@ -127,12 +134,12 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool) -> 
         extras = table.get("extras")
         extra = f"[{','.join(extras)}]" if isinstance(extras, list) and extras else ""
         texts.append(f"{name}{extra}{spec}")
-        source = sources.get(table.get("source"))
-        if canonicalize_name(name) == "torch" and source:
-            project.torch_index = source
-            project.set_variant(variant_of_url(source), f"{where} (source {source})")
+        index = sources.get(table.get("source"))
+        if canonicalize_name(name) == "torch" and index:
+            project.torch_index = index
+            project.set_variant(variant_of_url(index), f"{where} (source {index})")
     if entry:
-        read_requirement_texts(texts, f"{rel} [tool.poetry]", project)
+        read_requirement_texts(texts, f"{rel} [tool.poetry]", project, source)
     groups = sorted(_table(poetry, "group"))
     if groups:
         project.notes.append(f"{rel}: poetry groups not installed: {', '.join(groups)}")
@@ -154,7 +161,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
             if not isinstance(source, dict) or not _on_linux(source.get("marker")):
                 continue
             if "path" in source:
-                project.locals.append(
+                project.add_local(
                     LocalInstall(str(source["path"]), bool(source.get("editable")), where)
                 )
             elif "index" in source and canonicalize_name(name) == "torch":
@@ -195,3 +202,53 @@ def _name_of(text: str) -> str:
     from packaging.requirements import Requirement
 
     return canonicalize_name(Requirement(text).name)
+
+
+def _overrides(rel: str, uv: dict[str, Any], project: Project) -> None:
+    """uv's override- and constraint-dependencies, applied as pip constraints. pip has no
+    overrides: a dependency that asks otherwise fails the build, naming both. What cannot be
+    a pip constraint (extras, URLs) is refused; torch* stay gpulaunch's to pin."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for key in ("override-dependencies", "constraint-dependencies"):
+        texts = uv.get(key)
+        for text in texts if isinstance(texts, list) else []:
+            where = f"{rel} [tool.uv] {key}"
+            try:
+                req = Requirement(str(text))
+            except InvalidRequirement:
+                req = None
+            if req is None or req.extras or req.url:
+                reason = f"{where}: {text!r} cannot be applied as a pip constraint"
+                project.not_understood.append(reason)
+                project.invalid.append(reason)
+            elif canonicalize_name(req.name) in TORCH_FAMILY:
+                project.notes.append(f"{where}: {text!r} not applied: gpulaunch pins torch*")
+            else:
+                project.constraints.append((str(req), where))
+    if project.constraints:
+        shown = ", ".join(text for text, _ in project.constraints)
+        project.notes.append(
+            f"{rel}: uv overrides applied as pip constraints: {shown} (pip has no overrides: "
+            "a dependency that requires otherwise fails the build)"
+        )
+
+
+def strict_dependencies(path: Path) -> list[str]:
+    """[project].dependencies as render needs them: a list of single-line strings."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"image.requirements: cannot read {path.name}: {err}") from None
+    table = data.get("project", {})
+    deps = table.get("dependencies", []) if isinstance(table, dict) else None
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ConfigError(f"image.requirements: {path.name} [project].dependencies is not a list")
+    from gpulaunch.textcheck import bad_char
+
+    for dep in deps:
+        if bad_char(dep) is not None:
+            raise ConfigError(
+                f"image.requirements: dependency {dep!r} contains a line break or control character"
+            )
+    return list(deps)

@@ -95,8 +95,8 @@ def reconcile(
         rows = [r for r in rows if Version(r.torch) in spec]
         if not rows:
             raise ConfigError(
-                f"{pin.where}: no torch release in the catalog matches torch{pin.specifier}; "
-                f"known: {_versions(everything)}"
+                f"{pin.where}: no torch release in the catalog matches torch{pin.specifier}"
+                + _outside(spec, everything)
             )
         choice.notes.append(f"torch pin found in {pin.where}: torch{pin.specifier}")
     elif torch is not None:
@@ -111,30 +111,116 @@ def reconcile(
             choice.warnings.append(
                 f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
             )
+    rows = _constrained(project, rows, torch, choice)
     variant = _variant(project, cuda, choice)
     if variant is not None:
         with_variant = [r for r in rows if r.variant == variant]
         if not with_variant:
-            builds = sorted({r.variant for r in rows})
-            newest = max(rows, key=lambda r: Version(r.torch)) if rows else None
-            nearest = f"torch {newest.torch}+{builds[-1]}" if newest and builds else "none"
-            raise ConfigError(
-                f"{project.variant_where or '--cuda'}: the catalog has no {variant} build of "
-                f"torch {_versions(rows) or '?'} (builds: {', '.join(builds)}); "
-                f"nearest: {nearest} (pass --cuda to choose)"
-            )
+            _no_variant(project, variant, rows, torch, python)
         rows = with_variant
     rows = _python_rows(project, rows, python, choice)
     rows = _companion_rows(project, rows, choice)
     trusted = [r for r in rows if r.confidence != "low"] or rows
+    if cuda != "cpu" and variant != "cpu":
+        # never a default whose CUDA images all carry an unverified driver rule
+        ready = {r.torch for r in rows if r.cuda and getattr(r, "driver_verified", True)}
+        trusted = [r for r in trusted if r.torch in ready] or trusted
     best = max(trusted, key=lambda r: Version(r.torch))
-    if pin is not None or torch is not None:
+    if pin is not None or torch is not None or project.torch_constraints:
         choice.torch = best.torch if torch != "none" else None
     if variant is not None:
         choice.cuda = cuda_of_variant(variant)
     choice.python = _pick_python(project, best, python, default_python(best.torch, choice.cuda))
     _companions(project, best, choice)
     return choice
+
+
+def _constrained(project: Project, rows: list[Row], torch: str | None, choice: Choice) -> list[Row]:
+    """What else binds torch (a lock, a constraints file, a dependency's own requirement):
+    a torch none of them allows would not resolve, so it is never chosen; a conflict is
+    refused naming both sides (warned when --torch chose)."""
+    pin = project.pin("torch")
+    for text, why in project.torch_constraints:
+        spec = _spec(text, why)
+        fitting = [r for r in rows if Version(r.torch) in spec]
+        if fitting:
+            rows = fitting
+            choice.notes.append(f"torch{text}: {why}")
+            continue
+        chosen = f"--torch {torch}" if torch and torch != "none" else None
+        if chosen is None and pin is not None and pin.specifier:
+            chosen = f"torch{pin.specifier} ({pin.where})"
+        if torch is not None:
+            choice.warnings.append(f"{chosen or '--torch'} does not meet torch{text}: {why}")
+            continue
+        raise ConfigError(
+            f"{why}: needs torch{text}, which no torch in the catalog"
+            + (f" matching {chosen}" if chosen else "")
+            + f" meets ({_versions(rows) or 'none'}); change the pins so they agree"
+        )
+    return rows
+
+
+def _outside(spec: SpecifierSet, rows: Sequence[Row]) -> str:
+    """Why a torch pin matches no catalog release: older than the oldest, newer than the
+    newest (each named with its builds), or between releases."""
+    known = sorted({r.torch for r in rows}, key=Version)
+    if not known:
+        return ""
+    bounds = [Version(s.version.rstrip(".*")) for s in spec if s.operator in ("==", "<", "<=")]
+    oldest, newest = known[0], known[-1]
+    if bounds and max(bounds) <= Version(oldest):
+        builds = ", ".join(sorted({r.variant for r in rows if r.torch == oldest}))
+        return (
+            f": it is older than every build the catalog has; the oldest is torch {oldest} "
+            f"({builds}); pin a newer torch, or give image.base an image of your own"
+        )
+    lows = [Version(s.version.rstrip(".*")) for s in spec if s.operator in ("==", ">", ">=")]
+    if lows and min(lows) > Version(newest):
+        return (
+            f": it is newer than the newest the catalog has (torch {newest}); "
+            "`gpulaunch catalog update` reads newer releases"
+        )
+    return f"; known: {_versions(rows)}"
+
+
+def _nearest(variant: str, rows: Sequence[Row]) -> Row | None:
+    """The build closest to `variant`: the nearest CUDA (a CPU build only for a CPU ask),
+    then the newest torch."""
+
+    def distance(row: Row) -> int:
+        if (row.variant == "cpu") != (variant == "cpu"):
+            return 10_000
+        if variant.startswith("cu") and row.variant.startswith("cu"):
+            return abs(int(row.variant[2:]) - int(variant[2:]))
+        return 0
+
+    newest_first = sorted(rows, key=lambda r: Version(r.torch), reverse=True)
+    return min(newest_first, key=distance, default=None)
+
+
+def _no_variant(
+    project: Project, variant: str, rows: list[Row], torch: str | None, python: str | None
+) -> None:
+    """Refuse a project's CUDA build the catalog lacks, naming a build that keeps its other
+    constraints (its Python range): `--cuda X.Y` chooses it."""
+    builds = sorted({r.variant for r in rows}, key=lambda v: (v == "cpu", len(v), v))
+    fitting = rows
+    if python is None and project.python_spec:
+        spec = _spec(project.python_spec, project.python_where or "requires-python")
+        fitting = [r for r in rows if any(Version(p) in spec for p in _pythons(r))]
+    near = _nearest(variant, fitting)
+    hint = ""
+    if near is not None:
+        flag = cuda_of_variant(near.variant)
+        hint = f"; nearest: torch {near.torch}+{near.variant} (pass --cuda {flag} to choose it)"
+    where = project.variant_where or "--cuda"
+    if torch is not None and torch != "none":
+        where = f"--torch {torch} (the project's {variant}: {where})"
+    raise ConfigError(
+        f"{where}: the catalog has no {variant} build of torch {_versions(rows) or '?'} "
+        f"(builds: {', '.join(builds)}){hint}"
+    )
 
 
 def _variant(project: Project, cuda: str | None, choice: Choice) -> str | None:

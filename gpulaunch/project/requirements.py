@@ -5,6 +5,7 @@ index options, `--hash` continuations, direct URLs, local and editable installs,
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -157,6 +158,7 @@ class _Reader:
 
     def line(self, path: Path, rel: str, line: Line, record: ReqFile, role: str) -> None:
         where = f"{rel}:{line.first}"
+        refuse_credential(line.text, where, self.project)
         req_text, tokens = _split_options(line.text)
         pairs = _option_pairs(tokens)
         for name, value in pairs:
@@ -192,7 +194,7 @@ class _Reader:
         if path is None:
             return
         rel = path.relative_to(self.root).as_posix() if path != self.root else "."
-        self.project.locals.append(LocalInstall(rel, editable, where))
+        self.project.add_local(LocalInstall(rel, editable, where))
 
     def requirement(
         self, text: str, where: str, record: ReqFile, line: Line, role: str, hashed: bool
@@ -208,9 +210,12 @@ class _Reader:
             reason = f"{where}: {text!r} is not a requirement ({_first_line(err)})"
             self.project.not_understood.append(reason)
             return
-        if role == "c":
-            return  # constraints limit versions; they install nothing
         name = canonicalize_name(req.name)
+        if role == "c":  # constraints install nothing, but a torch one binds the choice
+            if name == "torch" and req.specifier:
+                why = f"{where} (constraint torch{req.specifier})"
+                self.project.torch_constraints.append((str(req.specifier), why))
+            return
         spec = str(req.specifier)
         if req.url:
             wheel = wheel_name(req.url)
@@ -248,9 +253,55 @@ def read_requirements(root: Path, entry: str, project: Project) -> None:
     reader.read(path)
 
 
-def read_requirement_texts(texts: list[str], where: str, project: Project) -> None:
-    """PEP 508 strings from pyproject/setup.cfg/Pipfile/conda: deps, locals, variants."""
+# userinfo that is only pip's ${VAR} references holds no secret itself
+_ENV_USERINFO = re.compile(r"://\$\{[A-Z0-9_]+\}(?::\$\{[A-Z0-9_]+\})?@")
+
+
+def refuse_credential(text: str, where: str, project: Project) -> None:
+    """A URL with a credential (an index line, a direct URL): the file that holds it is copied
+    into the image with the project, so `render`/`build` refuse it (init warns)."""
+    from gpulaunch.masking import has_userinfo, mask
+
+    if has_userinfo(_ENV_USERINFO.sub("://", text)):
+        reason = (
+            f"{where}: {mask(text)} carries a credential, and this file is copied into the "
+            "image; put the index in image.pip.extra_index_urls (passed as a BuildKit secret)"
+        )
+        project.not_understood.append(reason)
+        project.invalid.append(reason)
+
+
+def _line_of(source: str, name: str) -> int | None:
+    """The first line of a dependency file that names `name` (`"torch>=2"`, `torch = "^2"`,
+    `- pytorch=2.1`): its number, so a refusal can point at it."""
+    for number, raw in enumerate(source.splitlines(), 1):
+        token = raw.strip().lstrip("-").strip().strip("\"'").split("::")[-1]
+        for i, char in enumerate(token):
+            if char in "=<>!~[ ;@\"',":
+                token = token[:i]
+                break
+        if token and canonicalize_name(token) in (name, f"py{name}"):
+            return number
+    return None
+
+
+def read_requirement_texts(
+    texts: list[str], where: str, project: Project, source: str | None = None
+) -> None:
+    """PEP 508 strings from pyproject/setup.cfg/Pipfile/conda: deps, locals, variants.
+    `source` (the file's text) gives each its line: `pyproject.toml:7`."""
+    label = where
     for text in texts:
+        where = label
+        if source is not None:
+            try:
+                line = _line_of(source, canonicalize_name(Requirement(text).name))
+            except InvalidRequirement:
+                line = None
+            if line is not None:
+                first, _, rest = label.partition(" ")
+                where = f"{first}:{line}" + (f" {rest}" if rest else "")
+        refuse_credential(text, where, project)
         try:
             req = Requirement(text)
         except InvalidRequirement as err:
@@ -262,7 +313,7 @@ def read_requirement_texts(texts: list[str], where: str, project: Project) -> No
         spec = str(req.specifier)
         if req.url and req.url.startswith("file:"):
             target = req.url.removeprefix("file:").lstrip("/") or "."
-            project.locals.append(LocalInstall(PurePosixPath(target).as_posix(), False, where))
+            project.add_local(LocalInstall(PurePosixPath(target).as_posix(), False, where))
             continue
         if req.url:
             project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")

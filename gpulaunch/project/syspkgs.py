@@ -43,7 +43,14 @@ def needs(project: Project) -> list[Need]:
             out.append(
                 Need(tuple(row.get("apt", [])), f"{dep.name} ({dep.where}): {row.get('why')}")
             )
+    for build in project.builds:
+        if build.compiles:
+            out.append(Need(("g++",), f"{build.shown} ({build.compiles}): compiles an extension"))
     return out
+
+
+# compilers whose packages build Python extensions, which need the interpreter's headers
+COMPILERS = ("g++", "gcc", "build-essential", "clang")
 
 
 def apt_packages(project: Project) -> list[str]:

@@ -296,5 +296,8 @@ class RunRecorder:
         record["restarts"]["attempts"] = attempts
         record["restarts"]["count"] = max(0, len(attempts) - 1)
         record["duration_s"] = round(time.monotonic() - self._t0, 1)
+        explanation = getattr(job, "explanation", None)
+        if explanation is not None:  # data-file text and a masked line: no raw output
+            record["explanation"] = explanation.to_json()
         complete(record, job.code, utc_now())
         save(job.spec.project, record, self.warn)

@@ -1,9 +1,10 @@
 """Where run records live (`.gpulaunch/runs/<id>.json`) and how they are read and written.
 
 A record is written whole through the one writer (temp file + rename), so a reader sees the
-old record or the new one, never half of one. Records are a convenience, never a reason for a
-job not to run: a read-only folder, a corrupt file or a record from a newer gpulaunch is a
-warning (the `warn` callback), not an error.
+old record or the new one, never half of one. Each is sealed (records/seal.py): a record
+without this user's seal (forged by a job, edited by hand) is skipped like a corrupt one.
+Records are a convenience, never a reason for a job not to run: a read-only folder, a corrupt
+file or a record from a newer gpulaunch is a warning (the `warn` callback), not an error.
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def record_path(project: Path, run_id: str) -> Path:
 def save(project: Path, record: dict[str, Any], warn: Warn) -> bool:
     """Write (or replace) one record; False and a warning when it cannot be written."""
     from gpulaunch.fsio import write_file
+    from gpulaunch.records.seal import seal
 
     path = record_path(project, str(record["id"]))
-    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     try:
+        text = json.dumps(seal(record), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         write_file(path, text, root=project, force=True)
     except GpulaunchError as err:
         warn(f"warning: run record not written: {err.message}")
@@ -125,6 +127,9 @@ def load_one(path: Path) -> dict[str, Any]:
     for key in _OBJECTS:  # what history, rerun and reconcile read as objects
         if data.get(key) is not None and not isinstance(data[key], dict):
             raise ValueError(f"not a run record ({key} is not a JSON object)")
+    from gpulaunch.records.seal import check
+
+    check(data)  # a record is data gpulaunch wrote, never one a job or an edit made
     return data
 
 

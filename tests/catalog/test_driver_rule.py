@@ -13,6 +13,7 @@ from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image import compat
 from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.render import image_request
+from gpulaunch.image.request import ImageRequest
 from gpulaunch.image.resolver import resolve
 
 # Verbatim from NVIDIA's container-images Dockerfiles (base image, ubuntu22.04).
@@ -95,15 +96,43 @@ def test_bad_requirement_text_is_refused(bad: str) -> None:
         driver_rule.parse_requirement(bad)
 
 
-def test_images_newer_than_the_snapshot() -> None:
+def test_images_newer_than_the_snapshot_are_unverified() -> None:
+    """Issue 24 item 9: a rule NVIDIA's Dockerfiles do not state is marked unverified, and the
+    13.x model admits a datacenter GPU on R580 (forward compatibility) where `cuda>=13.2` alone
+    refused it; a GeForce on R580 still needs the native driver."""
+    read = driver_rule.cuda_image_requirement("13.0.2")
+    assert read.verified and driver_rule.verified_rule("13.0.2")
     derived = driver_rule.cuda_image_requirement("13.0.3")  # uses 13.0.2's rule
-    assert "derived" in derived.source and derived.cuda_floor == "13.0"
-    assert driver_rule.host_can_run(derived, "550.54.15", "nvidia").ok
-    bare = driver_rule.cuda_image_requirement("13.2.0")  # no listed 13.2 patch
-    assert bare.text == "cuda>=13.2" and bare.needed() == "595.45.04"
-    assert not driver_rule.host_can_run(bare, "590.48.01", "nvidia").ok
+    assert not derived.verified and not driver_rule.verified_rule("13.0.3")
+    assert derived.source == "nvidia/cuda 13.0.3 (unverified: rule of 13.0.2)"
+    assert derived.text == read.text
+    new = driver_rule.cuda_image_requirement("13.2.1")  # no listed 13.2 patch
+    assert not new.verified and new.cuda_floor == "13.2" and new.needed() == "595.45.04"
+    assert "with the branches of 13.1.0" in new.source
+    h100 = driver_rule.host_can_run(new, "580.95.05", "nvidia")
+    assert h100.ok and h100.forward and "driver<581" in h100.reason
+    rtx = driver_rule.host_can_run(new, "580.95.05", "geforce")
+    assert not rtx.ok and rtx.reason.endswith(
+        "(unverified: cuda>=13.2 with the branches of 13.1.0)"
+    )
+    assert not driver_rule.host_can_run(new, "590.48.01", "nvidia").ok  # 590: no listed branch
     with pytest.raises(CatalogError, match="no driver data"):
         driver_rule.cuda_image_requirement("10.2.89")
+
+
+def test_defaults_never_pick_an_unverified_image() -> None:
+    """The default torch, build and image all carry a rule read from NVIDIA's Dockerfiles;
+    asking for CUDA 13.2 explicitly still works, with a warning naming the assumption."""
+    default = resolve(ImageRequest())
+    assert default.cuda and driver_rule.verified_rule(default.cuda)
+    for torch in ("2.12", "2.13", "2.14"):
+        picked = resolve(ImageRequest(torch=torch))
+        assert picked.cuda and driver_rule.verified_rule(picked.cuda), picked.base_image
+        asked = resolve(ImageRequest(torch=torch, cuda="13.2"))
+        assert asked.cuda and not driver_rule.verified_rule(asked.cuda)
+        assert any("driver rule not read from NVIDIA" in w for w in asked.warnings)
+    newest = resolve(ImageRequest(torch="2.13", cuda="13.0"))
+    assert newest.cuda == "13.0.2"  # 13.0.3 (rule unverified) is not picked by default
 
 
 @pytest.mark.parametrize(

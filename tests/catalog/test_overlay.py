@@ -15,11 +15,11 @@ from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import load_catalog
 
 HEAD = 'overlay_version: "1"\nresearch_date: "2026-11-20"\n'
-PATCH_2141 = """torch:
+PATCH_2151 = """torch:
   releases:
-    - minor: "2.14"
+    - minor: "2.15"
       patches:
-        - {torch: "2.14.1", torchvision: "%s", torchaudio: null}
+        - {torch: "2.15.1", torchvision: "%s", torchaudio: null}
 """
 
 
@@ -43,43 +43,43 @@ def _rows(runner: CliRunner, torch: str) -> list[dict[str, object]]:
 
 def test_no_overlay_is_the_packaged_catalog(runner: CliRunner) -> None:
     assert load_catalog().overlays == ()
-    result = runner.invoke(app, ["versions", "--torch", "2.14.1"])
+    result = runner.invoke(app, ["versions", "--torch", "2.15.1"])
     assert result.exit_code == 2
-    assert "unknown torch version 2.14.1" in result.output
+    assert "unknown torch version 2.15.1" in result.output
 
 
 def test_overlay_rows_merge_and_are_marked(runner: CliRunner, tmp_path: Path) -> None:
     path = _write(
         _catalog_d(tmp_path) / "mine.yaml",
         HEAD
-        + PATCH_2141 % "0.29.1"
+        + PATCH_2151 % "0.29.1"
         + """cuda_images:
   versions:
-    - {cuda: "13.2.2", os: ["ubuntu24.04"], cudnn: {token: "cudnn", major: "9"}}
+    - {cuda: "13.2.3", os: ["ubuntu24.04"], cudnn: {token: "cudnn", major: "9"}}
 """,
     )
-    rows = _rows(runner, "2.14.1")
+    rows = _rows(runner, "2.15.1")
     assert {r["torchvision"] for r in rows} == {"0.29.1"}
     assert {r["origin"] for r in rows} == {str(path)}
-    # the packaged 2.14.0 rows of the same minor stay packaged
-    assert {r["origin"] for r in _rows(runner, "2.14.0")} == {None}
+    # the packaged 2.15.0 rows of the same minor stay packaged
+    assert {r["origin"] for r in _rows(runner, "2.15.0")} == {None}
     cat = load_catalog()
     assert cat.overlays == (str(path),)
-    added = [img for img in cat.cuda_images if img.cuda == "13.2.2"]
+    added = [img for img in cat.cuda_images if img.cuda == "13.2.3"]
     assert [(img.os, img.origin) for img in added] == [(("ubuntu24.04",), str(path))]
     # still sorted by version after the merge (the loader refuses unsorted releases)
-    assert [img.cuda for img in cat.cuda_images][-3:] == ["13.2.1", "13.2.2", "13.3.0"]
+    assert [img.cuda for img in cat.cuda_images][-3:] == ["13.2.2", "13.2.3", "13.3.0"]
 
 
 def test_catalog_path_comes_after_catalog_d_and_wins(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write(_catalog_d(tmp_path) / "a.yaml", HEAD + PATCH_2141 % "0.29.1")
+    _write(_catalog_d(tmp_path) / "a.yaml", HEAD + PATCH_2151 % "0.29.1")
     extra = tmp_path / "extra"
     extra.mkdir()
-    later = _write(extra / "b.yaml", HEAD + PATCH_2141 % "0.29.2")
+    later = _write(extra / "b.yaml", HEAD + PATCH_2151 % "0.29.2")
     monkeypatch.setenv("GPULAUNCH_CATALOG_PATH", str(extra))
-    rows = _rows(runner, "2.14.1")
+    rows = _rows(runner, "2.15.1")
     assert {(r["torchvision"], r["origin"]) for r in rows} == {("0.29.2", str(later))}
 
 
@@ -99,19 +99,19 @@ def test_catalog_path_naming_nothing_is_refused(
     ("text", "message"),
     [
         (
-            HEAD + PATCH_2141.replace("null}", '"two"}') % "0.29.1",
-            "torch.releases[15].patches[1].torchaudio: not a dotted version: 'two'",
+            HEAD + PATCH_2151.replace("null}", '"two"}') % "0.29.1",
+            "torch.releases[16].patches[1].torchaudio: not a dotted version: 'two'",
         ),
         (
-            HEAD + 'torch:\n  releases:\n    - {minor: "2.15", patches: [], variants: []}\n',
-            "torch.releases[16].python: missing",
+            HEAD + 'torch:\n  releases:\n    - {minor: "2.16", patches: [], variants: []}\n',
+            "torch.releases[17].python: missing",
         ),
         (
-            HEAD + PATCH_2141.replace("null}", "null, torchtext: 1}") % "0.29.1",
-            "torch.releases[15].patches[1]: unknown key(s) torchtext",
+            HEAD + PATCH_2151.replace("null}", "null, torchtext: 1}") % "0.29.1",
+            "torch.releases[16].patches[1]: unknown key(s) torchtext",
         ),
         (
-            HEAD + PATCH_2141.replace("null}", 'null, origin: "x"}') % "0.29.1",
+            HEAD + PATCH_2151.replace("null}", 'null, origin: "x"}') % "0.29.1",
             "'origin' is set by gpulaunch, not in a file",
         ),
         ('research_date: "2026-11-20"\n', 'overlay_version: must be "1"'),
@@ -133,7 +133,7 @@ def test_a_broken_overlay_is_one_line_naming_the_file(
 
 def test_an_overlay_added_later_in_the_process_is_seen(tmp_path: Path) -> None:
     before = load_catalog()
-    _write(_catalog_d(tmp_path) / "late.yaml", HEAD + PATCH_2141 % "0.29.1")
+    _write(_catalog_d(tmp_path) / "late.yaml", HEAD + PATCH_2151 % "0.29.1")
     after = load_catalog()
     assert len(after.patches()) == len(before.patches()) + 1
     assert load_catalog() is after  # cached while the files stay the same
@@ -146,7 +146,7 @@ def test_merge_keeps_the_base_untouched() -> None:
     merged = overlay.merge(base, ov)
     row = next(r for r in merged["torch"]["releases"] if r["minor"] == "2.14")
     assert row["python"]["min"] == "3.11" and row["origin"] == "/o.yaml"
-    assert len(row["patches"]) == 1  # the packaged patches stay
+    assert len(row["patches"]) == 2  # the packaged patches stay
     old = next(r for r in base["torch"]["releases"] if r["minor"] == "2.14")
     assert old["python"]["min"] == "3.10" and "origin" not in old
 
@@ -176,6 +176,7 @@ def test_warning_once_a_day(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(staleness.OFF_ENV)
+    monkeypatch.setattr(staleness, "STALE_DAYS", -1)  # whatever today is, the facts are old
     first = runner.invoke(app, ["versions", "--torch", "2.14.0", "--json"])
     assert first.exit_code == 0
     assert first.output.startswith("warning: the version catalog's facts are ")  # stderr first

@@ -97,3 +97,34 @@ def test_malformed_json_gives_nothing() -> None:
     assert pypi_facts.releases({"releases": []}) == {}
     assert pypi_facts.releases({"releases": {"2.0.0": "x", "2.1.0": [None, {"filename": 3}]}}) == {}
     assert pypi_facts.latest({"info": None}) == (None, [])
+
+
+def test_one_wheel_for_every_python_counts_as_linux() -> None:
+    """torchvision 0.29.2 ships py3-none-manylinux_2_28_x86_64 wheels (no cp3XX): a release."""
+    files = [
+        wheel("torchvision", "0.29.2", f"py3-none-{plat}", ">=3.10,!=3.14.1", "2026-10-28")
+        for plat in ("manylinux_2_28_x86_64", "macosx_14_0_arm64", "win_amd64")
+    ]
+    only_mac = [files[1]]
+    data = project("torchvision", {"0.29.2": files, "0.29.9": only_mac}, "0.29.2", [])
+    facts = pypi_facts.releases(data)
+    assert sorted(facts) == ["0.29.2"]  # a macOS-only release does not count
+    assert (facts["0.29.2"].pure, facts["0.29.2"].glibc) == (True, "2.28")
+
+
+@pytest.mark.parametrize(
+    ("requires", "spec", "admits_215"),
+    [
+        (["numpy", "torch>=2.14.0", "pillow"], ">=2.14.0", True),  # torchvision 0.29.2
+        (["torch>=2.11"], ">=2.11", True),  # torchaudio 2.11.1
+        (["torch==2.14.1"], "==2.14.1", False),
+        (["torch (==2.1.0)"], "==2.1.0", False),
+        (["torch"], "", True),
+        (["torchdata>=0.7", 'torch>=2; extra == "x"'], None, False),
+    ],
+)
+def test_the_torch_a_companion_declares(
+    requires: list[str], spec: str | None, admits_215: bool
+) -> None:
+    assert pypi_facts.torch_requirement(requires) == spec
+    assert (spec is not None and pypi_facts.admits(spec, "2.15.0")) is admits_215

@@ -113,6 +113,25 @@ def test_what_cannot_install_is_refused_naming_what_can(
     assert fixed.python_source == "standalone"
 
 
+def test_python_315_with_torch_215_is_told_a_source(runner: CliRunner, in_tmp: Path) -> None:
+    """Issue 24 item 10: no source in the data has Python 3.15 yet; the refusal names what
+    does work (a base that brings it, or 3.14 standalone), and both really resolve."""
+    result = runner.invoke(app, ["init", "--torch", "2.15.0", "--python", "3.15", "--yes"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert result.output.rstrip().endswith(
+        "no source in gpulaunch's data has Python 3.15 (deadsnakes: no series; standalone "
+        "builds: up to 3.14); use image.base with an image that has Python 3.15 and "
+        "image.python_source: image, or python 3.14 with image.python_source: standalone"
+    )
+    own = resolve(
+        ImageRequest(torch="2.15.0", python="3.15", base="ghcr.io/a/py315:1", python_source="image")
+    )
+    assert (own.python, own.python_source) == ("3.15", "image")
+    nearest = resolve(ImageRequest(torch="2.15.0", python="3.14", python_source="standalone"))
+    assert nearest.python_source == "standalone"
+
+
 def test_init_refuses_the_focal_deadsnakes_case(runner: CliRunner, in_tmp: Path) -> None:
     result = runner.invoke(
         app, ["init", "--torch", "1.13.1", "--cuda", "11.6", "--python", "3.10", "--yes"]

@@ -41,6 +41,26 @@ from e2e.support import (
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One GPULAUNCH_STATE_DIR (so one record key) for the session, set before any module
+    fixture copies the environment: module-scoped projects keep records that later tests
+    read, and records are sealed with the key found there."""
+    path = tmp_path_factory.mktemp("state")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("GPULAUNCH_STATE_DIR", str(path))
+    yield path
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _one_record_key(
+    _isolated_env: None, _session_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test's own state folder (tests/conftest.py) gives way to the session's."""
+    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(_session_state))
+
+
 @pytest.fixture(scope="session")
 def docker_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The engine, required: skips without one, fails with GPULAUNCH_REQUIRE_DOCKER=1."""

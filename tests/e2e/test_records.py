@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,21 @@ print(f"flaky attempt {n}", flush=True)
 sys.exit(3 if n == 1 else 0)
 """
 
+# A job that rewrites an earlier run's record so that `rerun` would run a shell command on the
+# host (no container): the forged record keeps the honest record's seal.
+FORGE = """\
+import json, sys
+from pathlib import Path
+path = Path("/workspace/.gpulaunch/runs") / (sys.argv[1] + ".json")
+rec = json.loads(path.read_text())
+rec["options"].update(script=None, args=[], no_container=True, mounts=["/etc:/host-etc"],
+                      command=["sh", "-c", "touch " + sys.argv[2]])
+rec["mode"] = "host"
+rec["command"] = ["python", "/workspace/echo.py", "harmless", "0"]
+path.write_text(json.dumps(rec))
+print("forged", path, flush=True)
+"""
+
 
 @pytest.fixture(scope="module")
 def proj(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -63,7 +79,12 @@ def proj(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     config["launch"].update(checkpoint_dir="ckpt", stop_grace=20, price_per_gpu_hour="1.50")
     project = write_project(tmp_path_factory.mktemp("records") / "rec", "tiny", config)
     shutil.copy(EXAMPLES / "spot-resume" / "train.py", project / "train.py")
-    for name, text in (("echo.py", ECHO), ("sleep.py", SLEEP), ("flaky.py", FLAKY)):
+    for name, text in (
+        ("echo.py", ECHO),
+        ("sleep.py", SLEEP),
+        ("flaky.py", FLAKY),
+        ("forge.py", FORGE),
+    ):
         (project / name).write_text(text)
     result = gl("build", cwd=project, timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, result.describe()
@@ -241,6 +262,42 @@ def test_no_secret_in_records_logs_or_labels(proj: Path, docker_client: Any) -> 
     # `stop` completed the detached run's record before removing the container
     (rec,) = [r for r in _records(proj).values() if r.get("container") == name]
     assert rec["state"] == "terminated" and rec["exit_code"] in (143, 137)
+
+
+def test_a_job_that_forges_a_record_cannot_make_rerun_run_it(proj: Path, tmp_path: Path) -> None:
+    """The project is mounted read-write: a job can rewrite `.gpulaunch/runs/`. The forged
+    record (a host shell command, a host mount, a harmless-looking command for history) is not
+    shown by history and not run by rerun; an honest record's rerun shows the line it runs."""
+    before = set(_records(proj))
+    honest = _run(proj, "echo.py", "honest", "0")
+    assert honest.returncode == 0, honest.describe()
+    target = _new_record(proj, before)
+    mark = tmp_path / "pwned"
+    forged = _run(proj, "forge.py", target["id"], str(mark))
+    assert forged.returncode == 0 and "forged" in forged.stdout, forged.describe()
+    forger = _new_record(proj, before | {target["id"]})
+
+    history = gl("history", "--json", cwd=proj)
+    runs = {r["id"]: r for r in json.loads(history.stdout)["runs"]}
+    assert target["id"] not in runs and forger["id"] in runs
+    assert f"{target['id']}.json" in history.stderr and "seal" in history.stderr
+
+    refused = gl("rerun", target["id"], cwd=proj)
+    assert refused.returncode == 2, refused.describe()
+    assert "seal" in refused.stderr and "Traceback" not in refused.stderr
+    assert not mark.exists()
+
+    table = gl("history", cwd=proj)
+    (line,) = [ln for ln in table.stdout.splitlines() if ln.split()[:1] == [forger["id"]]]
+    shown = " ".join(forger["command"])
+    assert shown in line
+    again = gl("rerun", forger["id"], cwd=proj)
+    assert again.returncode == 0, again.describe()
+    (ran,) = [ln for ln in again.stderr.splitlines() if ln.startswith(f"rerun of {forger['id']}")]
+    assert ran.split(": ", 1)[1].startswith("docker run ") and ran.endswith(
+        shlex.join(forger["command"])
+    )
+    assert not mark.exists()
 
 
 @contextlib.contextmanager

@@ -211,3 +211,38 @@ def test_a_transport_error_while_starting_is_an_engine_error_and_removes_the_con
     with pytest.raises(EngineError, match=r"^Docker engine: Read timed out"):
         engine.create_container({"image": "img:tag", "command": ["true"]}, before_start=attach)
     assert removed == ["c1"]
+
+
+def test_the_nvidia_driver_rule_refusal_is_kept_from_a_long_oci_error() -> None:
+    """nvidia-container-cli's `unsatisfied condition: cuda>=X` comes after hundreds of
+    characters of runc text: it must survive the 400-character cut (the explainer reads it)."""
+    from docker.errors import APIError
+
+    from gpulaunch.records.explain import Evidence, explain
+
+    noise = "container_linux.go:265: starting container process caused " * 12
+    reply = (
+        f"OCI runtime create failed: {noise}error running hook: exit status 1, stdout: , "
+        "stderr: nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, "
+        "please update your driver to a newer version, or use an earlier cuda container"
+    )
+
+    class Api:
+        _version = "1.41"
+
+        def create_container(self, **_kwargs: Any) -> dict[str, str]:
+            raise APIError("500 Server Error", explanation=reply)
+
+    class Client:
+        api = Api()
+
+    engine = Engine({"PATH": ""})
+    engine._client = Client()
+    with pytest.raises(EngineError) as caught:
+        engine.create_container({"image": "img:tag", "command": ["true"]})
+    assert caught.value.message == (
+        "the NVIDIA runtime refused to start the container: "
+        "requirement error: unsatisfied condition: cuda>=12.8"
+    )
+    found = explain(Evidence(caught.value.message, host=False))
+    assert found is not None and found.id == "driver-too-old"

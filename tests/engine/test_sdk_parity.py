@@ -19,11 +19,14 @@ from gpulaunch.launch.flags import gpu_count
 FLAG_TO_KWARG = {
     "--name": "name",
     "--init": "init",
+    "--interactive": "stdin_open",
+    "--tty": "tty",
     "--user": "user",
     "--workdir": "working_dir",
     "--gpus": "device_requests",
     "--ipc": "ipc_mode",
     "--shm-size": "shm_size",
+    "--memory": "mem_limit",
     "--ulimit": "ulimits",
     "--stop-signal": "stop_signal",
     "--stop-timeout": "stop_timeout",
@@ -40,7 +43,7 @@ FLAG_TO_KWARG = {
 }
 CLI_ONLY = {"--rm", "--detach"}  # the supervisor removes the container; detach is implied
 SDK_ONLY = {"image", "command"}  # positional on the line
-FLAGS_WITHOUT_VALUE = {"--rm", "--detach", "--init"}
+FLAGS_WITHOUT_VALUE = {"--rm", "--detach", "--init", "--interactive", "--tty"}
 
 
 def _full_plan(gpus: int | str = 2) -> RunPlan:
@@ -56,11 +59,14 @@ def _full_plan(gpus: int | str = 2) -> RunPlan:
         labels={"io.gpulaunch.managed": "true", "io.gpulaunch.run-id": "r1"},
         ipc=None,
         shm_size="16g",
+        memory="2g",
         network="none",  # sets hostname and an extra host
         cap_add=["IPC_LOCK", "SYS_NICE"],
         devices=["/dev/infiniband"],
         restart_retries=2,
         cpuset_cpus="0-3",
+        stdin=True,
+        tty=True,
     )
 
 
@@ -80,7 +86,7 @@ def _flags(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
 
 def _sdk_value_as_flags(key: str, value: Any) -> list[str]:
     """The SDK kwarg written back as the flag values docker's CLI would take."""
-    if key == "init":
+    if key in ("init", "stdin_open", "tty"):
         return [""] if value else []
     if key == "device_requests":
         (req,) = value
@@ -154,6 +160,7 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
         "gpus": "0,2",
         "ipc": None,
         "shm_size": "16g",
+        "memory": "2g",
         "ulimits": plan.ulimits,
         "init": True,
         "stop_timeout": plan.stop_timeout,
@@ -169,6 +176,8 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
             {"source": "/data", "target": "/data", "read_only": True},
         ],
         "restart_retries": 2,
+        "interactive": True,
+        "tty": True,
     }
 
 

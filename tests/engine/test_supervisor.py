@@ -433,3 +433,31 @@ def test_host_mode_a_missing_program_is_a_run_error(tmp_path: Path) -> None:
     plan.command = [str(tmp_path / "nope")]
     with pytest.raises(RunError, match="cannot start"):
         run_on_host(plan, tmp_path)
+
+
+def test_the_output_tail_keeps_only_the_end_and_the_container_state() -> None:
+    """The explainer's input: the last bytes of both streams and OOMKilled, read before the
+    container is removed; the output itself still reaches its streams whole."""
+
+    class OomKilled(FakeContainer):
+        attrs: dict[str, Any] | None = None
+
+        def reload(self) -> None:
+            assert self not in engine.discarded, "state read after the container was removed"
+            self.attrs = {"State": {"OOMKilled": True, "ExitCode": 137}}
+
+    container = OomKilled(obeys_sigterm=True, output=b"a" * 100 + b"THE END\n", code=137)
+    engine = FakeEngine(container)
+    cap = Captured()
+    tail = runner.OutputTail(limit=20)
+    code = runner.supervise(
+        engine,  # type: ignore[arg-type]
+        _plan(),
+        out=cap.out,  # type: ignore[arg-type]
+        err=cap.err,  # type: ignore[arg-type]
+        warn=cap.warnings.append,
+        tail=tail,
+    )
+    assert code == 137 and cap.out.getvalue() == b"a" * 100 + b"THE END\n"
+    assert len(tail.text()) == 20 and "THE END\n" in tail.text() and "err-line\n" in tail.text()
+    assert (tail.oom_killed, tail.exit_code) == (True, 137)

@@ -168,12 +168,16 @@ def test_unreadable_folder_names_the_folder(hostile: Hostile) -> None:
 
 
 # -- ca_cert and the files the Dockerfile reads are always sent ---------------------------
+def _cert(body: str) -> str:
+    return f"-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n"
+
+
 def test_ca_cert_is_sent_and_hashed_despite_default_ignore(hostile: Hostile) -> None:
     assert "*.pem" in render_dockerignore()
-    (hostile.project / "corp-ca.pem").write_text("cert one\n")
+    (hostile.project / "corp-ca.pem").write_text(_cert("one"))
     hostile.write_config(_config(ca_cert="corp-ca.pem"))
     first = _tag(hostile)
-    (hostile.project / "corp-ca.pem").write_text("cert two\n")
+    (hostile.project / "corp-ca.pem").write_text(_cert("two"))
     assert _tag(hostile) != first
     (hostile.project / "other.pem").write_text("ignored\n")
     second = _tag(hostile)
@@ -202,7 +206,7 @@ def test_config_and_state_folder_are_never_sent(tmp_path: Path) -> None:
 
 def test_required_file_that_cannot_be_sent_is_a_usage_error(hostile: Hostile) -> None:
     (hostile.project / ".gpulaunch").mkdir()
-    (hostile.project / ".gpulaunch" / "ca.pem").write_text("c")
+    (hostile.project / ".gpulaunch" / "ca.pem").write_text(_cert("c"))
     hostile.write_config(_config(ca_cert=".gpulaunch/ca.pem"))
     outcome = hostile.invoke_unchanged("build", "--dry-run")
     outcome.assert_clean_error(2, ".gpulaunch/ca.pem", "build context")

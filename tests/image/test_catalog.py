@@ -16,7 +16,13 @@ from gpulaunch.image import catalog_data as cat_mod
 from gpulaunch.image import resolver as resolver_mod
 from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.compat import gpu_compute_capability, matrix, supports_arch
-from gpulaunch.image.request import ImageRequest, ResolvedImage, driver_satisfies, min_driver_for
+from gpulaunch.image.request import (
+    ImageRequest,
+    ResolvedImage,
+    driver_satisfies,
+    min_driver_for,
+    verified_image,
+)
 from gpulaunch.image.resolver import resolve
 
 CAT = load_catalog()
@@ -70,7 +76,11 @@ def test_every_torch_patch_has_a_cpu_image(torch: str) -> None:
 
 def test_default_torch_resolves_with_default_variant() -> None:
     res = _resolve()
-    newest = max(CAT.releases, key=lambda r: tuple(int(x) for x in r.minor.split(".")))
+    # the newest release with a build whose image's driver rule is read from NVIDIA (2.15's
+    # only build, cu132, needs a 13.2 image whose rule is modelled: never the default)
+    ready = [r for r in CAT.releases if any(verified_image(CAT, v) for v in r.variants)]
+    newest = max(ready, key=lambda r: tuple(int(x) for x in r.minor.split(".")))
+    assert newest.minor == "2.14" and CAT.releases[-1].minor == "2.15"
     assert res.torch is not None and res.torch.startswith(newest.minor + ".")
     assert res.torch_variant == "cu" + newest.pypi_default.replace(".", "")
 
@@ -196,9 +206,9 @@ def test_ngc_by_cuda_and_default_skips_low_confidence() -> None:
     row = next(r for r in CAT.ngc if r.tag == default.ngc_tag)
     assert row.confidence != "low"
     assert not default.warnings
-    # Only a low-confidence tag ships torch 2.13: allowed, with a warning.
+    # Only low-confidence tags ship torch 2.13 (26.06, 26.07): allowed, with a warning.
     low = _resolve(flavor="ngc", torch="2.13")
-    assert low.ngc_tag == "26.06"
+    assert low.ngc_tag == "26.07"
     assert any("low-confidence" in w for w in low.warnings)
 
 
@@ -292,7 +302,7 @@ INVALID = [
     ),
     (
         {"torch": "2.99"},
-        "image.torch: unknown torch version 2.99; nearest known: 2.14.0, 2.13.0, 2.12.1",
+        "image.torch: unknown torch version 2.99; nearest known: 2.15.0, 2.14.1, 2.14.0",
     ),
     ({"torch": "2.4.3"}, "image.torch: unknown torch version 2.4.3; nearest known: 2.4.1, 2.5.0"),
     ({"flavor": "gpu"}, "image.flavor: unknown flavor 'gpu'; valid: runtime, devel, ngc, cpu"),
@@ -354,7 +364,7 @@ def test_matrix_covers_every_pair_plus_cpu() -> None:
     rows = matrix()
     n_patches = sum(len(rel.patches) for rel in CAT.releases)
     assert len(rows) == len(PAIRS) + n_patches
-    assert rows[0].torch == _resolve().torch  # newest first
+    assert rows[0].torch == CAT.releases[-1].patches[-1].torch  # newest first
     tags = _existing_tags()
     for row in rows:
         if row.variant == "cpu":
@@ -542,7 +552,8 @@ def test_catalog_loader_rejects_unknown_keys() -> None:
 
 def test_catalog_loader_rejects_mismatched_variant() -> None:
     raw = _raw_catalog()
-    raw["torch"]["releases"][-1]["variants"][0]["cuda"] = "12.8"
+    row = next(r for r in raw["torch"]["releases"] if r["minor"] == "2.14")
+    row["variants"][0]["cuda"] = "12.8"
     with pytest.raises(CatalogError, match=r"variant cu126 != CUDA 12\.8"):
         cat_mod._parse_catalog(raw)
 

@@ -144,6 +144,12 @@ def test_script_command(tmp_path: Path) -> None:
     (tmp_path / "sub" / "t.py").write_text("")
     one = script_command("sub/t.py", ["--lr", "1"], tmp_path, tmp_path, 1, None)
     assert one == ["python", "/workspace/sub/t.py", "--lr", "1"]
+    (tmp_path / "ddp.py").write_text(
+        "import torch.distributed as dist\ndist.init_process_group()\n"
+    )
+    alone = script_command("ddp.py", [], tmp_path, tmp_path, 1, None)
+    # one rank of a script that makes its own process group: torchrun sets RANK etc.
+    assert alone == ["torchrun", "--standalone", "--nproc-per-node", "1", "/workspace/ddp.py"]
     four = script_command(
         "t.py", [], tmp_path, tmp_path / "sub", 4, "/opt/gpulaunch/bin/numa_bind.py"
     )

@@ -200,10 +200,20 @@ def test_missing_plan_runs_unbound(worker: Path) -> None:
     assert "GPULAUNCH_NUMA_PLAN is not set; running without CPU binding" in proc.stderr
 
 
-def test_missing_local_rank_runs_unbound(worker: Path) -> None:
-    proc = run([str(worker)], GPULAUNCH_NUMA_PLAN=plan(rank(0, [0])))
+def test_missing_local_rank_runs_unbound_when_the_plan_has_several_ranks(worker: Path) -> None:
+    proc = run([str(worker)], GPULAUNCH_NUMA_PLAN=plan(rank(0, [0]), rank(1, [1])))
     assert report(proc)["cpus"] == ALLOWED
     assert "LOCAL_RANK is not set; running without CPU binding" in proc.stderr
+
+
+def test_a_single_process_job_takes_the_plans_one_rank(worker: Path) -> None:
+    """One GPU runs without torchrun, so no LOCAL_RANK: seen on a real H200 host, where the
+    job ran unbound although the plan named its CPUs."""
+    cpu = sorted(ALLOWED)[-1]
+    proc = run([str(worker)], GPULAUNCH_NUMA_PLAN=plan(rank(0, [cpu])))
+    assert proc.returncode == 0, proc.stderr
+    assert report(proc)["cpus"] == [cpu]
+    assert "LOCAL_RANK" not in proc.stderr
 
 
 def test_cpus_outside_the_allowed_set_run_unbound(worker: Path) -> None:

@@ -211,3 +211,45 @@ def test_several_processes_on_a_plain_script_warn(
     assert "no sign of distributed use" not in ddp.stderr
     one = runner.invoke(app, ["run", "--gpus", "0", "--nproc", "1", "--dry-run", "plain.py"])
     assert "no sign of distributed use" not in one.stderr
+
+
+def test_gpus_asked_of_a_cpu_image_warn(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`run --gpus 2` of a CPU build starts (the stub hook hands over devices), but torch in
+    it sees no GPU: the run says so; a CUDA build and a --gpus 0 run do not."""
+    (tmp_path / "gpulaunch.yaml").write_text("version: 1\nname: cpuimg\nimage: {cuda: cpu}\n")
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPULAUNCH_SYSFS_ROOT", raising=False)
+    two = runner.invoke(app, ["run", "--gpus", "2", "--dry-run", "train.py"])
+    assert two.exit_code == 0, two.stderr
+    assert (
+        "warning: --gpus 2: the image is a CPU build (image.cuda: cpu): torch in it cannot use "
+        "the GPUs asked for" in two.stderr
+    )
+    none = runner.invoke(app, ["run", "--gpus", "0", "--dry-run", "train.py"])
+    assert "CPU build" not in none.stderr
+    cuda_config = "version: 1\nname: gpuimg\nimage: {torch: '2.4.1', cuda: '12.4'}\n"
+    (tmp_path / "gpulaunch.yaml").write_text(cuda_config)
+    cuda = runner.invoke(app, ["run", "--gpus", "2", "--dry-run", "train.py"])
+    assert cuda.exit_code == 0, cuda.stderr
+    assert "CPU build" not in cuda.stderr
+
+
+def test_src_layout_on_pythonpath_in_run(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A src/ package nothing installs is importable in `run` as in the image."""
+    (tmp_path / "gpulaunch.yaml").write_text(
+        "version: 1\nname: srcl\nimage: {cuda: cpu, requirements: requirements.txt}\n"
+    )
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("import pkg\n")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "--gpus", "0", "--dry-run", "--json", "train.py"])
+    assert result.exit_code == 0, result.stderr
+    path = json.loads(result.stdout)["run"]["env"]["PYTHONPATH"].split(":")
+    assert path[-2:] == ["/workspace", "/workspace/src"]

@@ -15,7 +15,11 @@ from gpulaunch.image.compat import matrix
 from gpulaunch.image.init import InitOptions, run_init
 from gpulaunch.image.render import plan_image, render_dockerfile
 
-NEWEST = max({r.torch for r in matrix()}, key=lambda v: tuple(int(x) for x in v.split(".")))
+# the newest torch a default picks: one with a CUDA build whose image's driver rule is NVIDIA's
+NEWEST = max(
+    {r.torch for r in matrix() if r.cuda and r.driver_verified},
+    key=lambda v: tuple(int(x) for x in v.split(".")),
+)
 PYPROJECT_PKG = (
     '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
 )
@@ -403,7 +407,7 @@ REFUSED = [
         "variant-not-in-catalog",
         {"requirements.txt": "torch==2.1.2+cu117\n"},
         "requirements.txt:1 (torch==2.1.2+cu117): the catalog has no cu117 build of torch 2.1.2 "
-        "(builds: cpu, cu118, cu121); nearest: torch 2.1.2+cu121",
+        "(builds: cu118, cu121, cpu); nearest: torch 2.1.2+cu118 (pass --cuda 11.8 to choose it)",
     ),
     (
         "python-outside-torch-range",

@@ -13,6 +13,7 @@ from conftest import snapshot
 from typer.testing import CliRunner
 
 from gpulaunch.cli.app import app
+from gpulaunch.records.seal import seal
 
 JOB = """\
 import os, sys, pathlib
@@ -117,6 +118,26 @@ def test_rerun_repeats_the_command_with_extra_args(runner: CliRunner, project: P
     assert again[0]["rerun_of"] == rec["id"]
 
 
+def test_rerun_shows_the_line_it_runs_and_a_changed_command(
+    runner: CliRunner, project: Path
+) -> None:
+    """History shows the recorded command; rerun prints what runs, and says so when they differ."""
+    assert invoke(runner, "run", "--no-container", "job.py", "s.txt", "a").exit_code == 0
+    (rec,) = _records(project)
+    result = invoke(runner, "rerun", rec["id"])
+    assert result.exit_code == 0, result.stderr
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("rerun of")]
+    assert line.startswith(f"rerun of {rec['id']} on this host: env ")
+    assert line.endswith(" ".join(rec["command"]))
+    assert "note:" not in result.stderr
+
+    path = project / ".gpulaunch" / "runs" / f"{rec['id']}.json"
+    path.write_text(json.dumps(seal(dict(rec, command=["python", "/elsewhere/job.py"]))))
+    changed = invoke(runner, "rerun", rec["id"])
+    assert changed.exit_code == 0, changed.stderr
+    assert f"note: {rec['id']} recorded `python /elsewhere/job.py`" in changed.stderr
+
+
 def test_rerun_takes_a_masked_secret_from_the_environment(runner: CliRunner, project: Path) -> None:
     args = ("run", "--no-container", "-e", "API_TOKEN=first-secret", "job.py", "t.txt")
     assert invoke(runner, *args).exit_code == 0
@@ -183,7 +204,7 @@ def test_rerun_runs_in_the_project_it_was_found_in(runner: CliRunner, project: P
     (rec,) = _records(project)
     path = project / ".gpulaunch" / "runs" / f"{rec['id']}.json"
     moved = dict(rec, project="/nonexistent/old-checkout", cwd="/nonexistent/old-checkout")
-    path.write_text(json.dumps(moved))
+    path.write_text(json.dumps(seal(moved)))  # as gpulaunch wrote it in the old checkout
 
     result = invoke(runner, "rerun", rec["id"])
 

@@ -1,0 +1,291 @@
+"""What the project tree itself holds, beyond its dependency files: how its own packages
+build (a setup.py importing torch cannot build in pip's isolated environment; C++/CUDA
+extensions need a compiler and headers), where its packages import from (a `src/` layout
+that nothing installs), and which folders its code imports (so no ignore rule drops them).
+
+Files are read with `ast`, never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from gpulaunch.project.model import TORCH_FAMILY, Build, Project
+
+# setuptools with its own bdist_wheel (70.1): an editable build without isolation then
+# needs no `wheel` package in the image
+SETUPTOOLS = "setuptools>=70.1"
+_CPP = ("CppExtension", "Extension", "Pybind11Extension", "cythonize")
+_CUDA = ("CUDAExtension",)
+_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpulaunch", "site-packages"}
+_MAX_FILES = 3000  # Python files scanned for imports; big trees are sampled, not walked whole
+_MAX_BYTES = 1_000_000
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return None
+        return ast.parse(path.read_bytes().decode("utf-8-sig", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
+    """(torch, compiles, cuda) reasons from a setup.py, each "" when absent."""
+    tree = _parse(path)
+    if tree is None:
+        return "", "", ""
+    torch = compiles = cuda = ""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            imported = [a.name for a in node.names]
+            if not cuda and any(n in _CUDA for n in imported):
+                cuda = f"{shown}:{node.lineno} imports CUDAExtension"
+        line = getattr(node, "lineno", 0)
+        hit = next((n for n in names if n == "torch" or n.startswith("torch.")), None)
+        if hit and not torch:
+            torch = f"{shown}:{line} imports {hit}"
+        word = (
+            node.id
+            if isinstance(node, ast.Name)
+            else node.attr
+            if isinstance(node, ast.Attribute)
+            else ""
+        )
+        if word in _CUDA and not cuda:
+            cuda = f"{shown}:{line} CUDAExtension"
+        if word in _CPP and not compiles:
+            compiles = f"{shown}:{line} {word}"
+        if isinstance(node, ast.keyword) and node.arg == "ext_modules" and not compiles:
+            compiles = f"{shown}:{getattr(node.value, 'lineno', 0)} ext_modules"
+    return torch, compiles or cuda, cuda
+
+
+def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
+    """pyproject [build-system].requires (texts other than torch*) and why torch is among
+    them; None without a build-system table."""
+    from gpulaunch.project.pyproject import load_toml
+
+    data = load_toml(path, shown).get("build-system")
+    if not isinstance(data, dict):
+        return None
+    texts, torch = [], ""
+    for text in data.get("requires", []) if isinstance(data.get("requires"), list) else []:
+        try:
+            name = canonicalize_name(Requirement(str(text)).name)
+        except InvalidRequirement:
+            continue
+        if name in TORCH_FAMILY:
+            torch = torch or f"{shown} [build-system] requires {text}"
+        else:
+            texts.append(str(text))
+    return texts, torch
+
+
+def _with_setuptools_floor(texts: list[str]) -> list[str]:
+    """setuptools older than 70.1 builds an editable wheel only with `wheel` installed."""
+    out = []
+    for text in texts:
+        req = Requirement(text)
+        if canonicalize_name(req.name) == "setuptools":
+            text = f"setuptools{req.specifier},>=70.1" if req.specifier else SETUPTOOLS
+        out.append(text)
+    return out
+
+
+def find_builds(root: Path, project: Project) -> None:
+    """A Build for each local package that needs torch, a compiler or nvcc to build."""
+    root = root.resolve()
+    for local in project.locals:
+        folder = root / local.path
+        setup = folder / "setup.py"
+        rel = posixpath.join(local.path, "setup.py") if local.path != "." else "setup.py"
+        torch, compiles, cuda = _setup_py(setup, rel) if setup.is_file() else ("", "", "")
+        requires: list[str] = []
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            shown = posixpath.normpath(posixpath.join(local.path, "pyproject.toml"))
+            found = _build_requires(pyproject, shown)
+            if found is not None:
+                requires, why = found
+                torch = torch or why
+        if not (torch or compiles):
+            continue
+        if torch:
+            requires = _with_setuptools_floor(requires) if requires else [SETUPTOOLS]
+        build = Build(local.path, torch, compiles, cuda, tuple(requires))
+        project.builds.append(build)
+        if torch:
+            known = project.dist_names()
+            for text in requires:
+                name = canonicalize_name(Requirement(text).name)
+                if name not in known:
+                    project.inline.append(text)
+            project.notes.append(
+                f"{build.shown}: its build imports torch ({torch}): installed with "
+                "--no-build-isolation after torch, with its build requirements "
+                f"({', '.join(requires)}) in the requirements layer"
+            )
+
+
+def _packages_in(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+
+
+def _setup_package_dir(root: Path) -> str | None:
+    """`package_dir={"": "lib"}` in the root setup.py -> "lib"."""
+    tree = _parse(root / "setup.py") if (root / "setup.py").is_file() else None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.keyword) and node.arg == "package_dir":
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            if isinstance(value, dict) and isinstance(value.get(""), str):
+                return posixpath.normpath(str(value[""]))
+    return None
+
+
+def find_import_paths(root: Path, project: Project) -> None:
+    """The project's own package in a folder below the root (`src/`, setup.py's
+    `package_dir`) that nothing installs: that folder goes on PYTHONPATH."""
+    if any(local.path == "." for local in project.locals):
+        return
+    root = root.resolve()
+    mapped = _setup_package_dir(root)
+    for folder, why in ((mapped, "setup.py package_dir"), ("src", "a src/ layout")):
+        if folder is None or folder == "." or folder.startswith(".."):
+            continue
+        packages = _packages_in(root / folder)
+        if packages:
+            shown = ", ".join(packages[:3]) + (", ..." if len(packages) > 3 else "")
+            project.import_paths.append((folder, f"{why}: {shown}"))
+            return
+    packaged = [n for n in ("setup.py", "pyproject.toml") if (root / n).is_file()]
+    if packaged and _packages_in(root):
+        project.notes.append(
+            f"the project itself is not installed ({packaged[0]} is not what "
+            f"{project.entry or 'the image'} installs): its packages "
+            f"({', '.join(_packages_in(root)[:3])}) import from /workspace on PYTHONPATH"
+        )
+
+
+def _python_files(root: Path) -> Iterator[Path]:
+    count = 0
+    stack = [root]
+    while stack and count < _MAX_FILES:
+        folder = stack.pop()
+        try:
+            children = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.is_symlink():
+                continue
+            if child.is_dir() and child.name not in _SKIP_DIRS:
+                stack.append(child)
+            elif child.suffix == ".py" and child.is_file():
+                count += 1
+                yield child
+
+
+def imported_names(root: Path) -> set[str]:
+    """Top-level module names the project's Python files import (`import data.loader` ->
+    "data"), relative imports excluded."""
+    names: set[str] = set()
+    for path in _python_files(root):
+        tree = _parse(path)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def code_folders(root: Path, names: list[str]) -> dict[str, str]:
+    """Of the top-level folders `names`, those that are Python code: a package
+    (`__init__.py`) or a folder of modules the project imports. Name -> why."""
+    kept: dict[str, str] = {}
+    imported: set[str] | None = None
+    for name in names:
+        folder = root / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        if (folder / "__init__.py").is_file():
+            kept[name] = f"a Python package ({name}/__init__.py)"
+            continue
+        if imported is None:
+            imported = imported_names(root)
+        if name in imported and any(
+            p for pattern in ("*.py", "*/*.py") for p in folder.glob(pattern)
+        ):
+            kept[name] = f"Python modules the project imports (import {name})"
+    return kept
+
+
+def import_paths(root: Path, entry: str | None = None) -> list[str]:
+    """The folders besides the root that go on PYTHONPATH (`run` sets it as the image does);
+    [] when the project cannot be read (render names why)."""
+    from gpulaunch.errors import ConfigError
+
+    model = Project()
+    find_import_paths(root, model)
+    if entry is not None and model.import_paths:  # unless the entry installs the project
+        from gpulaunch.project.discover import read_project
+
+        try:
+            model = read_project(root, entry)
+        except ConfigError:
+            return []
+    return [p for p, _ in model.import_paths]
+
+
+def keep_code(ignore_text: str, root: Path) -> tuple[str, dict[str, str], list[str]]:
+    """Default ignore rules with the top-level folders that are the project's Python code
+    commented out (ignored, an import of them would fail in the image): the text, the folders
+    kept (name -> why), and the plain-name rules that match something present here."""
+    names = [
+        line
+        for line in ignore_text.splitlines()
+        if line and line[0] not in "#!" and "/" not in line and "*" not in line
+    ]
+    kept = code_folders(root, names)
+    lines = [
+        f"# {line}  (kept: {kept[line]})" if line in kept else line
+        for line in ignore_text.splitlines()
+    ]
+    present = [n for n in names if n not in kept and (root / n).exists()]
+    return "\n".join(lines) + "\n", kept, present
+
+
+def build_env(archs: tuple[str, ...] | None, cuda: bool) -> str:
+    """For a CUDA extension built with no GPU in sight (`archs`: the image torch build's, None
+    for a CPU image): TORCH_CUDA_ARCH_LIST (else torch's cpp_extension guesses) and FORCE_CUDA
+    (setup.py files that check torch.cuda.is_available() would skip the extension)."""
+    if not cuda or archs is None:
+        return ""
+    arch = f"TORCH_CUDA_ARCH_LIST={shlex.quote(';'.join(archs))} " if archs else ""
+    return f"{arch}FORCE_CUDA=1 "
+
+
+def constraint_lines(project: Project) -> list[str]:
+    """The shell step that adds uv's overrides to the image's pip constraints, if any."""
+    if not project.constraints:
+        return []
+    lines = " ".join(shlex.quote(text) for text, _ in project.constraints)
+    return [f"printf '%s\\n' {lines} >> /opt/gpulaunch/constraints.txt"]

@@ -1,0 +1,326 @@
+"""Why a job failed, in one line: its output's tail and the container's end state matched
+against known failure signatures (`gpulaunch/data/failures.yaml`).
+
+An explanation keeps only text from the data file, the signature's id and at most one
+matched line, masked and cut short: job output can hold secrets, and records are kept.
+Values a signature takes from the output ({module}, {path}) are checked to be what they
+claim (a module name, a path) before they are used.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.masking import mask
+
+DATA_FILE = "gpulaunch/data/failures.yaml"
+LINE_CAP = 200  # characters of the matched line kept
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+_VALUES = {
+    "module": re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"),
+    "path": re.compile(r"/[^\x00-\x1f\x7f'\"]{0,200}"),
+}
+NOT_EXPLAINED = (0, 130, 143)  # success, Ctrl-C, SIGTERM: nothing to explain
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    patterns: tuple[re.Pattern[str], ...]
+    cause: str
+    fix: str
+    doc: str | None = None
+    oom_killed: bool = False
+    exit_codes: tuple[int, ...] = ()
+    detail: str | None = None
+    fix_own_package: str | None = None
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A matched signature, filled in: what a record keeps and what the CLI prints."""
+
+    id: str
+    cause: str
+    fix: str
+    doc: str | None = None
+    line: str | None = None  # the matched output line, masked and capped
+
+    def text(self) -> str:
+        """The one line printed last: `cause: ...; fix: ... (doc)`."""
+        doc = f" (see {self.doc})" if self.doc else ""
+        return f"cause: {self.cause}; fix: {self.fix}{doc}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "cause": self.cause,
+            "fix": self.fix,
+            "doc": self.doc,
+            "line": self.line,
+        }
+
+
+@dataclass
+class Evidence:
+    """What is known about a failed job: its output's tail, exit code and container state."""
+
+    text: str
+    exit_code: int | None = None
+    oom_killed: bool = False
+    project: Path | None = None  # for "is the missing module the project's own package"
+    image: Any = None  # image.request.ResolvedImage of the job's image, when known
+    env: Mapping[str, str] = field(default_factory=dict)  # for NVML (GPU facts)
+    host: Any = None  # image.compat.HostGpus; None: probe NVML (`env`); False: unknown
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    from gpulaunch.yamlio import parse_yaml_text
+
+    text = resources.files("gpulaunch").joinpath("data", "failures.yaml").read_text("utf-8")
+    try:
+        raw = parse_yaml_text(text, DATA_FILE)
+    except ConfigError as err:
+        raise CatalogError(f"failure signatures: {err.message}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("module_packages", {}), dict):
+        raise CatalogError(f"{DATA_FILE}: expected a mapping with signatures, module_packages")
+    return raw
+
+
+def package_of(module: str) -> str:
+    """The pip package that installs `module` (`cv2` -> opencv-python-headless)."""
+    packages = {str(k): str(v) for k, v in (_data().get("module_packages") or {}).items()}
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):  # google.protobuf.x -> google.protobuf
+        if ".".join(parts[:cut]) in packages:
+            return packages[".".join(parts[:cut])]
+    return parts[0]
+
+
+@functools.cache
+def signatures() -> tuple[Signature, ...]:
+    """The data file, checked: a broken file is a CatalogError naming the entry."""
+    raw = _data()
+    entries = raw.get("signatures")
+    if not isinstance(entries, list):
+        raise CatalogError(f"{DATA_FILE}: expected a list under signatures")
+    return tuple(_signature(entry, i) for i, entry in enumerate(entries))
+
+
+def _signature(entry: Any, index: int) -> Signature:
+    where = f"{DATA_FILE}: signatures[{index}]"
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+        raise CatalogError(f"{where}: expected a mapping with an id")
+    where = f"{DATA_FILE}: {entry['id']}"
+    known = {"id", "match", "oom_killed", "exit_codes", "cause", "fix", "doc", "detail"}
+    unknown = set(entry) - known - {"source", "fix_own_package"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown key {sorted(unknown)[0]}")
+    for key in ("cause", "fix"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise CatalogError(f"{where}: {key} must be a non-empty line")
+    try:
+        patterns = tuple(re.compile(p, re.MULTILINE) for p in entry.get("match") or [])
+    except re.error as err:
+        raise CatalogError(f"{where}: bad pattern: {err}") from None
+    if not patterns and not entry.get("oom_killed") and not entry.get("exit_codes"):
+        raise CatalogError(f"{where}: needs match, oom_killed or exit_codes")
+    if entry.get("detail") not in (None, "module", *_DETAILS):
+        raise CatalogError(f"{where}: unknown detail {entry['detail']!r}")
+    source = entry.get("source") or []
+    return Signature(
+        id=entry["id"],
+        patterns=patterns,
+        cause=entry["cause"],
+        fix=entry["fix"],
+        doc=entry.get("doc"),
+        oom_killed=bool(entry.get("oom_killed")),
+        exit_codes=tuple(int(c) for c in entry.get("exit_codes") or []),
+        detail=entry.get("detail"),
+        fix_own_package=entry.get("fix_own_package"),
+        sources=tuple([source] if isinstance(source, str) else source),
+    )
+
+
+def explain(evidence: Evidence) -> Explanation | None:
+    """The first signature that matches (data file order), filled in; None when none does."""
+    text = _ANSI.sub("", evidence.text)
+    for sig in signatures():
+        match = _last_match(sig, text)
+        if match is not None:
+            return _fill(sig, evidence, match)
+        if (sig.oom_killed and evidence.oom_killed) or (
+            evidence.exit_code is not None and evidence.exit_code in sig.exit_codes
+        ):
+            return _fill(sig, evidence, None)
+    return None
+
+
+def explain_failure(evidence: Evidence) -> Explanation | None:
+    """`explain`, for a job's end: nothing for success or a stop the user asked for."""
+    if evidence.exit_code in NOT_EXPLAINED and not evidence.oom_killed:
+        return None
+    return explain(evidence)
+
+
+def _last_match(sig: Signature, text: str) -> re.Match[str] | None:
+    """The last occurrence of any of the signature's patterns (the latest is the cause)."""
+    best: re.Match[str] | None = None
+    for pattern in sig.patterns:
+        for match in pattern.finditer(text):
+            if best is None or match.start() > best.start():
+                best = match
+    return best
+
+
+def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Explanation:
+    values = {"module": "", "path": "", "package": ""}
+    line = None
+    if match is not None:
+        for name, check in _VALUES.items():
+            value = match.groupdict().get(name)
+            if value and check.fullmatch(value):
+                values[name] = mask(value)
+        start = match.string.rfind("\n", 0, match.start()) + 1
+        end = match.string.find("\n", match.end())
+        raw = match.string[start : end if end >= 0 else None].strip()
+        line = mask(raw)[:LINE_CAP] or None
+    if values["module"]:
+        values["package"] = package_of(values["module"])
+    fix = sig.fix
+    extra = None
+    if sig.detail == "module":
+        if sig.fix_own_package and _own_package(evidence.project, values["module"]):
+            fix = sig.fix_own_package
+    elif sig.detail:
+        extra = _DETAILS[sig.detail](evidence)
+    cause = sig.cause.format(**{k: v or "?" for k, v in values.items()})
+    fix = fix.format(**{k: v or "?" for k, v in values.items()})
+    if extra:
+        fix = f"{fix}; {extra}"
+    return Explanation(sig.id, cause, fix, sig.doc, line)
+
+
+# -- details: a sentence computed from the host and the image ----------------------------
+def _own_package(root: Path | None, module: str) -> bool:
+    """Is the missing module the project's own (a folder or a .py file at the project root
+    or under src/)?"""
+    top = module.split(".")[0]
+    if not top or root is None:
+        return False
+    return any(
+        (base / top).is_dir() or (base / f"{top}.py").is_file() for base in (root, root / "src")
+    )
+
+
+def _host(evidence: Evidence) -> Any:
+    if evidence.host is not None:
+        return evidence.host
+    from gpulaunch.image.compat import probe
+
+    try:
+        return probe(evidence.env)
+    except Exception:  # no NVML, a driver that refuses: the generic fix stands
+        return None
+
+
+def _fitting_build(host: Any) -> str | None:
+    """`torch T + CUDA C (image.torch: T, image.cuda: C)` for the best build this host runs."""
+    from gpulaunch.image.compat import host_builds
+
+    try:
+        rows = host_builds(host)
+    except (CatalogError, ConfigError):
+        return None
+    if not rows:
+        return None
+    row = rows[0]
+    return (
+        f"this host runs torch {row.torch} with CUDA {row.cuda} "
+        f"(image.torch: {row.torch}, image.cuda: {row.cuda})"
+    )
+
+
+def _gpu_arch(evidence: Evidence) -> str | None:
+    host = _host(evidence)
+    if not host or not host.names:
+        return None
+    parts = [f"the GPUs: {host.describe()}"]
+    image = evidence.image
+    if image is not None and getattr(image, "cuda_archs", None):
+        parts.append(f"the image's build has archs {' '.join(image.cuda_archs)}")
+    build = _fitting_build(host)
+    if build:
+        parts.append(build)
+    return "; ".join(parts)
+
+
+def _driver(evidence: Evidence) -> str | None:
+    host = _host(evidence)
+    if not host or not host.driver:
+        return None
+    build = _fitting_build(host)
+    return f"driver {host.driver}: {build}" if build else f"driver {host.driver}"
+
+
+_DETAILS: dict[str, Callable[[Evidence], str | None]] = {
+    "gpu-arch": _gpu_arch,
+    "driver": _driver,
+}
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The last `limit` bytes of a log file, as text (a log can be far larger than memory)."""
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        handle.seek(max(0, size - limit))
+        return handle.read().decode("utf-8", "replace")
+
+
+TAIL_BYTES = 64 * 1024
+
+
+def explain_target(
+    target: str, cwd: Path, project: Callable[[], Path]
+) -> tuple[dict[str, Any] | None, str]:
+    """`gpulaunch explain RUN_ID|LOGFILE`: (the explanation as a record keeps it, a label).
+
+    A run id (the project found from `project()`) gives the recorded explanation, else its
+    smoke log's; anything else is a log file. ConfigError when it is neither."""
+    import os
+
+    from gpulaunch.records.store import is_run_id, load
+
+    env = dict(os.environ)  # NVML: the GPU facts of a fix are this host's
+    path = cwd / target
+    if is_run_id(target) and not path.is_file():
+        root = project()
+        record = load(root, target)
+        if record.get("explanation"):
+            return dict(record["explanation"]), f"run {target}"
+        logs = sorted((root / ".gpulaunch" / "logs").glob(f"smoke-*-{target[-6:]}.log"))
+        if not logs:
+            return None, f"run {target} (exit {record.get('exit_code')})"
+        path = logs[-1]
+        evidence = Evidence(
+            read_tail(path, TAIL_BYTES), record.get("exit_code"), project=root, env=env
+        )
+    else:
+        if not path.is_file():
+            raise ConfigError(f"RUN_ID|LOGFILE: {target!r} is neither a run id nor a file")
+        try:
+            evidence = Evidence(read_tail(path, TAIL_BYTES), project=cwd, env=env)
+        except OSError as err:
+            raise ConfigError(f"RUN_ID|LOGFILE: cannot read {target}: {err.strerror}") from None
+    found = explain(evidence)
+    return (None if found is None else found.to_json()), str(path)
