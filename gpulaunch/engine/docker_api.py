@@ -2,7 +2,9 @@
 
 Tests fake this seam (or run it against a real engine, marker `docker`). It honours
 DOCKER_HOST and, when that is unset, the endpoint of the active docker context. Connecting
-and the first ping time out after a few seconds, so a hung engine is a quick exit 3.
+and the first ping time out after a few seconds, so a hung engine is a quick exit 3; every
+later request has a read timeout (GPULAUNCH_ENGINE_TIMEOUT, default 60 s), and an engine that
+answered the ping and then stops answering is an EngineError naming its address.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
+TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # seconds, overrides API_TIMEOUT_S
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 NVIDIA_MISSING_HINT = (
@@ -64,6 +67,34 @@ def _context_host(env: Mapping[str, str]) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         raise EngineError(f"docker context {name!r}: cannot read its endpoint") from None
     return str(host)
+
+
+def _stalls_raise(api: Any, host: str) -> None:
+    """Make every request of the SDK's session that the transport fails (a read timeout, a
+    dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
+
+    The SDK sends each call through `Session.request`; wrapping it on this one session
+    covers every call, including those made inside the SDK's models."""
+    send = api.request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return send(*args, **kwargs)
+        except Exception as err:
+            if not _from_transport(err):
+                raise
+            limit = kwargs.get("timeout")
+            if "timed out" in str(err).lower() and isinstance(limit, int | float):
+                reason = f"no answer within {limit:g} s"
+            else:
+                reason = "the connection failed"
+            raise EngineError(
+                f"the Docker engine at {host} stopped answering: {reason}",
+                hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets "
+                "the wait",
+            ) from None
+
+    api.request = request
 
 
 class Engine:
@@ -100,9 +131,23 @@ class Engine:
                     f"cannot reach the Docker engine at {self.host}: {reason}",
                     hint="start dockerd, or set DOCKER_HOST to a running engine",
                 ) from None
-            client.api.timeout = API_TIMEOUT_S
+            client.api.timeout = self.api_timeout()
+            _stalls_raise(client.api, self.host)
             self._client = client
         return self._client
+
+    def api_timeout(self) -> float:
+        """Read timeout of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
+        text = self.env.get(TIMEOUT_ENV, "").strip()
+        if not text:
+            return API_TIMEOUT_S
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not 0 < value <= 86400:
+            raise ConfigError(f"{TIMEOUT_ENV}: {text!r} is not a number of seconds in (0, 86400]")
+        return value
 
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""
