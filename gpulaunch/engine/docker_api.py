@@ -97,6 +97,18 @@ def _stalls_raise(api: Any, host: str) -> None:
     api.request = request
 
 
+def engine_address(env: Mapping[str, str]) -> str:
+    """The engine's address as this seam connects to it: DOCKER_HOST, else the endpoint of
+    the active docker context, else the default socket. EngineError when that context
+    cannot be read. Everything that asks "is the engine on this machine?" asks here."""
+    return env.get("DOCKER_HOST") or _context_host(env) or "unix:///var/run/docker.sock"
+
+
+def is_remote(host: str) -> bool:
+    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
+    return bool(host) and not host.startswith(("unix://", "npipe://"))
+
+
 class Engine:
     """Docker seam. Construct cheaply; connects on first use."""
 
@@ -108,9 +120,7 @@ class Engine:
     # -- connection -------------------------------------------------------------------
     @property
     def host(self) -> str:
-        return (
-            self.env.get("DOCKER_HOST") or _context_host(self.env) or "unix:///var/run/docker.sock"
-        )
+        return engine_address(self.env)
 
     def client(self) -> Any:
         if self._client is None:

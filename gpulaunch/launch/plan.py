@@ -98,14 +98,15 @@ def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
     when it is None, why (shown by --dry-run: the GPUs were then not validated).
 
     NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
-    without a driver is not trusted for validation, and a remote DOCKER_HOST is not here.
+    without a driver is not trusted for validation, and a remote engine (DOCKER_HOST or the
+    docker context, as the engine seam reads them) is not here.
     Only the failures a real host produces are advisory: the driver refusing a query
     (NvmlError) and an unreadable sysfs (OSError). Anything else (bindings without a
     function, a bug) is raised, because swallowing it would silently skip the validation.
     """
-    host = env.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        return None, f"the engine is remote (DOCKER_HOST={host})"
+    remote = _remote_engine(env)
+    if remote:
+        return None, remote
     from gpulaunch.engine.nvml import NvmlError
     from gpulaunch.launch.topology import discover
 
@@ -118,6 +119,19 @@ def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
         return topo, ""
     return None, "no NVML (nvidia-ml-py not installed or no driver); sysfs alone is not trusted"
+
+
+def _remote_engine(env: dict[str, str]) -> str:
+    """Why the engine is not this machine ('' when it is): its address is remote, or the
+    docker context naming it cannot be read (then its GPUs cannot be known here either)."""
+    from gpulaunch.engine.docker_api import engine_address, is_remote
+    from gpulaunch.errors import EngineError
+
+    try:
+        host = engine_address(env)
+    except EngineError as err:
+        return err.message
+    return f"the engine is remote ({host})" if is_remote(host) else ""
 
 
 def _cpuset(value: Any) -> frozenset[int] | None:
@@ -363,8 +377,7 @@ def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> N
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
     if gpus in (0, "0"):
         return
-    host = env.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
+    if _remote_engine(env):
         return
     from gpulaunch.image import compat
     from gpulaunch.image.render import image_request
