@@ -28,7 +28,7 @@ from gpulaunch.engine.buildspec import (
     _write_secrets,
 )
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _from_transport, _short, probe_cli
+from gpulaunch.engine.replies import TIMEOUT_ENV, _from_transport, _short, _stalls_raise, probe_cli
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -40,7 +40,6 @@ MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
-TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # seconds, overrides API_TIMEOUT_S
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 NVIDIA_MISSING_HINT = (
@@ -67,34 +66,6 @@ def _context_host(env: Mapping[str, str]) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         raise EngineError(f"docker context {name!r}: cannot read its endpoint") from None
     return str(host)
-
-
-def _stalls_raise(api: Any, host: str) -> None:
-    """Make every request of the SDK's session that the transport fails (a read timeout, a
-    dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
-
-    The SDK sends each call through `Session.request`; wrapping it on this one session
-    covers every call, including those made inside the SDK's models."""
-    send = api.request
-
-    def request(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return send(*args, **kwargs)
-        except Exception as err:
-            if not _from_transport(err):
-                raise
-            limit = kwargs.get("timeout")
-            if "timed out" in str(err).lower() and isinstance(limit, int | float):
-                reason = f"no answer within {limit:g} s"
-            else:
-                reason = "the connection failed"
-            raise EngineError(
-                f"the Docker engine at {host} stopped answering: {reason}",
-                hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets "
-                "the wait",
-            ) from None
-
-    api.request = request
 
 
 def engine_address(env: Mapping[str, str]) -> str:

@@ -2,7 +2,8 @@
 buildx`, 23+, or a pre-23 client behind DOCKER_BUILDKIT=1; None: the SDK's classic builder),
 probed without a daemon and kept per process for the same binaries (a command asks more than
 once, and each probe runs two subprocesses per `docker` on PATH); its version text; short
-error texts; whether an error came from the HTTP layer under the SDK."""
+error texts; whether an error came from the HTTP layer under the SDK, and that error as the
+one line naming the engine that stopped answering."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpulaunch.engine.buildspec import DockerCli
+from gpulaunch.errors import EngineError
+
+TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # seconds of each API call after the ping
 
 
 def _is_executable(path: Path) -> bool:
@@ -41,6 +46,34 @@ def _from_transport(err: BaseException) -> bool:
     """An error of the HTTP layer under the docker SDK (requests, urllib3), by module, so
     nothing imports them for this."""
     return any(c.__module__.split(".")[0] in ("requests", "urllib3") for c in type(err).__mro__)
+
+
+def _stalls_raise(api: Any, host: str) -> None:
+    """Make every request of the SDK's session that the transport fails (a read timeout, a
+    dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
+
+    The SDK sends each call through `Session.request`; wrapping it on this one session
+    covers every call, including those made inside the SDK's models."""
+    send = api.request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return send(*args, **kwargs)
+        except Exception as err:
+            if not _from_transport(err):
+                raise
+            limit = kwargs.get("timeout")
+            if "timed out" in str(err).lower() and isinstance(limit, int | float):
+                reason = f"no answer within {limit:g} s"
+            else:
+                reason = "the connection failed"
+            raise EngineError(
+                f"the Docker engine at {host} stopped answering: {reason}",
+                hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets "
+                "the wait",
+            ) from None
+
+    api.request = request
 
 
 def _short(err: BaseException) -> str:
