@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -211,7 +212,7 @@ class DockerOptions(_Model):
     network: Network | None = None
     cap_add: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
-    ulimits: dict[str, int] = Field(default_factory=dict)
+    ulimits: dict[str, StrictInt] = Field(default_factory=dict)  # StrictInt: "022" is no 22
     cpuset_cpus: str | None = None
 
     @field_validator("cap_add")
@@ -261,7 +262,7 @@ class ProfileSpec(_Model):
 
 class LaunchSettings(_Model):
     gpus: int | str = Field(1, description='Count, "all", "0,2", or 0 for CPU.')
-    nproc: int | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
+    nproc: StrictInt | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
     profile: str = "default"
     # -- multi-node and cluster exports (issue 12) --
     image: str | None = Field(
@@ -290,7 +291,7 @@ class LaunchSettings(_Model):
     checkpoint_dir: str | None = Field(
         None, description="Host folder mounted read-write at /checkpoints (created if missing)."
     )
-    stop_grace: int = Field(
+    stop_grace: StrictInt = Field(
         45, ge=1, le=86400, description="Seconds between SIGTERM and SIGKILL when a job stops."
     )
 

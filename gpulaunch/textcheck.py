@@ -105,6 +105,8 @@ def parse_gpus(value: object) -> int | str:
     text = value.strip(" ").replace(" ", "")
     count = ascii_int(text)
     if count is not None:
+        if len(text) > 1 and text.startswith("0"):  # YAML 1.1 read `022` as octal 18
+            raise ValueError(f"{value!r}: a count has no leading zero (a list is '0,2')")
         return parse_gpus(count)
     if text == "all":
         return text
