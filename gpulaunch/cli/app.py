@@ -97,10 +97,12 @@ STATE = _State()
 
 
 def _err(message: str) -> None:
-    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values)."""
+    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values), with
+    control characters from labels, records or engine replies shown as escapes."""
     from gpulaunch.masking import mask
+    from gpulaunch.textcheck import shown
 
-    typer.echo(mask(message), err=True)
+    typer.echo(mask(shown(message)), err=True)
 
 
 def handle_errors(fn: F) -> F:

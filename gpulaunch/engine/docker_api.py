@@ -38,6 +38,7 @@ from gpulaunch.errors import (
 
 MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # runspec.new_run_id's format only
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
@@ -436,14 +437,15 @@ class Engine:
     def run_id_of(self, container: Any) -> str | None:
         """The run id `gpulaunch run` gave this container, or None when it is not ours.
 
-        Containers inherit their image's labels, so a label counts only when the container's
-        own value differs from what its image carries: `docker run IMG` of an image with a
-        run-id label must not look like a gpulaunch job.
+        Only a run id of `new_run_id`'s format counts (`docker run -l io.gpulaunch.run-id=x` by
+        hand, or a stranger's tool, is not ours). Containers inherit their image's labels, so a
+        label counts only when the container's own value differs from what its image carries:
+        `docker run IMG` of an image with a run-id label must not look like a gpulaunch job.
         """
         labels = container.labels or {}
         run_id = labels.get(RUN_ID_LABEL)
-        if not run_id:
-            return None
+        if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+            return None  # not a run id `run` makes: someone else's label (or an old forgery)
         return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
 
     def _image_labels(self, container: Any) -> dict[str, str]:
