@@ -39,14 +39,25 @@ def parse_mount(spec: str, project: Path, where: str) -> Mount:
 
 
 def mount_warnings(mount: Mount, where: str) -> list[str]:
-    """Mounts that hand the container the host: `/`, the Docker socket, the home folder."""
+    """Mounts that hand the container the host: `/`, the Docker socket, the home folder, or a
+    folder that holds one of them (`/run`, `/var/run`, `/home`)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    if mount.source == "/":
+    src = os.path.realpath(mount.source)
+
+    def covers(path: str) -> bool:
+        return path == src or path.startswith(src.rstrip("/") + "/")
+
+    sockets = sorted({os.path.realpath(s) for s in DOCKER_SOCKETS} | set(DOCKER_SOCKETS))
+    held = next((s for s in sockets if covers(s)), None)
+    if src == "/":
         what = "the host's root folder /"
-    elif mount.source in DOCKER_SOCKETS or os.path.basename(mount.source) == "docker.sock":
+    elif held == src or os.path.basename(src) == "docker.sock":
         what = f"the Docker socket {mount.source} (root on the host to anyone in the container)"
-    elif mount.source == home and home != "/":
+    elif held is not None:
+        what = f"{mount.source}, which holds the Docker socket {held} (root on the host)"
+    elif home != "/" and covers(home):
         what = f"your home folder {home} (keys, tokens, shell history)"
+        what = what if src == home else f"{mount.source}, which holds {what}"
     else:
         return []
     mode = "read-only" if mount.read_only else "writable"

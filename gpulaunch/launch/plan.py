@@ -233,7 +233,14 @@ def plan_run(
         if host_mode:
             command = _host_paths(command, project)
     elif opts.command:
+        if not opts.command[0].strip():
+            raise ConfigError("run: the command after -- is empty")
         command = module_command(list(opts.command), nproc)
+        if opts.nproc and opts.nproc > 1 and not _is_torchrun(command):
+            raise ConfigError(
+                f"--nproc {opts.nproc}: `-- COMMAND` runs once, as given; give SCRIPT or "
+                "`-- python -m MODULE` for one process per rank, or start torchrun yourself"
+            )
     else:
         raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
@@ -265,12 +272,13 @@ def plan_run(
     for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
         mounts.append(parse_mount(spec, project, where))
         mount_notes += mount_warnings(mounts[-1], where)
-    if mount_notes:
-        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     checkpoints = checkpoint_folder(config, project)
     if checkpoints is not None:
         mounts.append(Mount(str(checkpoints), CHECKPOINTS))
         run_env[CHECKPOINT_ENV] = str(checkpoints) if host_mode else CHECKPOINTS
+        mount_notes += mount_warnings(mounts[-1], "launch.checkpoint_dir")
+    if mount_notes:
+        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     mounts += _helper_mounts(bool(numa.ranks))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
