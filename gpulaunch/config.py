@@ -472,10 +472,34 @@ def find_config(explicit: Path | None, cwd: Path) -> Path:
 
 
 def json_schema() -> dict[str, Any]:
-    schema = ProjectConfig.model_json_schema()
+    """The schema editors check gpulaunch.yaml with. Editors read YAML 1.1/1.2, where an
+    unquoted `python: 3.11`, `torch: 2.10`, `price_per_gpu_hour: 1.2` or env value `A: 1` is a
+    number and `numa: off` a boolean, while gpulaunch's loader keeps them strings: every string
+    field also takes a number (and a boolean where its words are YAML 1.1 booleans), so the
+    schema accepts every file the loader accepts."""
+    schema = _editor_scalars(ProjectConfig.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpulaunch.yaml"
-    return schema
+    return dict(schema)
+
+
+_YAML11_BOOL_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
+
+
+def _editor_scalars(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_editor_scalars(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _editor_scalars(value) for key, value in node.items()}
+    if out.get("type") != "string":
+        return out
+    alternatives: list[dict[str, Any]] = [{"type": "number"}]
+    words = {str(v).lower() for v in out.get("enum", [])} | {str(out.get("const", "")).lower()}
+    if words & _YAML11_BOOL_WORDS or not ({"enum", "const"} & set(out)):
+        alternatives.append({"type": "boolean"})
+    extra = {k: out.pop(k) for k in ("title", "description", "default") if k in out}
+    return {"anyOf": [out, *alternatives], **extra}
 
 
 def dump_config(config: ProjectConfig) -> str:
