@@ -291,6 +291,7 @@ class LaunchSettings(_Model):
     checkpoint_dir: str | None = Field(
         None, description="Host folder mounted read-write at /checkpoints (created if missing)."
     )
+    python: str | None = Field(None, description="--no-container's interpreter (path or command).")
     stop_grace: StrictInt = Field(
         45, ge=1, le=86400, description="Seconds between SIGTERM and SIGKILL when a job stops."
     )
@@ -472,11 +473,8 @@ def find_config(explicit: Path | None, cwd: Path) -> Path:
 
 
 def json_schema() -> dict[str, Any]:
-    """The schema editors check gpulaunch.yaml with. Editors read YAML 1.1/1.2, where an
-    unquoted `python: 3.11`, `torch: 2.10`, `price_per_gpu_hour: 1.2` or env value `A: 1` is a
-    number and `numa: off` a boolean, while gpulaunch's loader keeps them strings: every string
-    field also takes a number (and a boolean where its words are YAML 1.1 booleans), so the
-    schema accepts every file the loader accepts."""
+    """For editors, which read `python: 3.11` as a number and `numa: off` as a boolean (YAML
+    1.1) where our loader keeps strings: every string field also takes those (_editor_scalars)."""
     schema = _editor_scalars(ProjectConfig.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpulaunch.yaml"
@@ -494,12 +492,11 @@ def _editor_scalars(node: Any) -> Any:
     out = {key: _editor_scalars(value) for key, value in node.items()}
     if out.get("type") != "string":
         return out
-    alternatives: list[dict[str, Any]] = [{"type": "number"}]
     words = {str(v).lower() for v in out.get("enum", [])} | {str(out.get("const", "")).lower()}
-    if words & _YAML11_BOOL_WORDS or not ({"enum", "const"} & set(out)):
-        alternatives.append({"type": "boolean"})
+    free = words & _YAML11_BOOL_WORDS or not ({"enum", "const"} & set(out))
+    kinds = [{"type": "number"}, *([{"type": "boolean"}] if free else [])]
     extra = {k: out.pop(k) for k in ("title", "description", "default") if k in out}
-    return {"anyOf": [out, *alternatives], **extra}
+    return {"anyOf": [out, *kinds], **extra}
 
 
 def dump_config(config: ProjectConfig) -> str:

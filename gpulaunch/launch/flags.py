@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from gpulaunch.engine.runspec import WORKSPACE, Mount
 from gpulaunch.errors import ConfigError
@@ -235,3 +236,44 @@ def rdzv_options(
     if local_addr is not None:  # the node's name in the rendezvous (default: its FQDN)
         argv += ["--local-addr", parse_local_addr(local_addr)]
     return argv
+
+
+def host_python(config: Any, project: Path, env: dict[str, str]) -> str:
+    """--no-container's interpreter: the project's, never gpulaunch's own (pipx installs
+    gpulaunch in a venv without torch). launch.python (a path, relative to the project, or a
+    command on PATH), else the active venv ($VIRTUAL_ENV), else the project's .venv, else
+    python3 on PATH."""
+    import shutil
+
+    wanted: str | None = config.launch.python
+    if wanted is not None:
+        if "/" in wanted:
+            path = Path(os.path.abspath(project / os.path.expanduser(wanted)))
+            if not os.access(path, os.X_OK) or path.is_dir():
+                raise ConfigError(f"launch.python: {str(path)!r} is not an executable file")
+            return str(path)
+        found = shutil.which(wanted, path=env.get("PATH"))
+        if found is None:
+            raise ConfigError(f"launch.python: {wanted!r} is not on PATH")
+        return found
+    for folder in (env.get("VIRTUAL_ENV"), str(project / ".venv")):
+        if folder and os.access(Path(folder) / "bin" / "python", os.X_OK):
+            return str(Path(folder) / "bin" / "python")
+    found = shutil.which("python3", path=env.get("PATH"))
+    if found is None:
+        raise ConfigError("run --no-container: no python3 on PATH; set launch.python")
+    return found
+
+
+def host_paths(command: list[str], project: Path, python: str) -> list[str]:
+    """Container paths (/workspace/...) back to host paths for --no-container."""
+    out = []
+    for part in command:
+        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
+            part = str(project) + part[len(WORKSPACE) :]
+        out.append(part)
+    if out and out[0] == "python":
+        out[0] = python
+    elif out and out[0] == "torchrun":
+        out[:1] = [python, "-m", "torch.distributed.run"]
+    return out

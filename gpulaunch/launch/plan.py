@@ -18,6 +18,8 @@ from gpulaunch.errors import ConfigError, TopologyError
 from gpulaunch.image.build import PreparedBuild
 from gpulaunch.launch.flags import (
     gpu_count,
+    host_paths,
+    host_python,
     module_command,
     mount_warnings,
     parse_env_flags,
@@ -231,7 +233,7 @@ def plan_run(
     if opts.script:
         command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script, rdzv)
         if host_mode:
-            command = _host_paths(command, project)
+            command = host_paths(command, project, host_python(config, project, environ))
     elif opts.command:
         if not opts.command[0].strip():
             raise ConfigError("run: the command after -- is empty")
@@ -452,22 +454,6 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
         elif not folder.is_dir():  # outside the project: create below what exists
             top = next(p for p in folder.parents if p.is_dir())
             make_dirs(folder, root=top)
-
-
-def _host_paths(command: list[str], project: Path) -> list[str]:
-    """Container paths (/workspace/...) back to host paths for --no-container."""
-    out = []
-    for part in command:
-        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
-            part = str(project) + part[len(WORKSPACE) :]
-        out.append(part)
-    import sys
-
-    if out and out[0] == "python":
-        out[0] = sys.executable
-    elif out and out[0] == "torchrun":
-        out[:1] = [sys.executable, "-m", "torch.distributed.run"]
-    return out
 
 
 def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, Any]:
