@@ -7,6 +7,7 @@ only here; OS and engine errors are mapped too; tracebacks only with `--debug`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import sys
@@ -153,6 +154,12 @@ def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
         return f"Docker engine: {detail}", ExitCode.ENGINE
     if isinstance(err, OSError):
         reason = err.strerror or str(err) or type(err).__name__
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is no usage error
+            _quiet_stdout()
+            return (
+                f"{err.filename or 'output'}: {reason} (the disk or quota is full)",
+                ExitCode.FAILURE,
+            )
         if err.filename is None:
             _quiet_stdout()
             return f"cannot write output: {reason}", ExitCode.USAGE
