@@ -157,7 +157,7 @@ def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is no usage error
             _quiet_stdout()
             return (
-                f"{err.filename or 'output'}: {reason} (the disk or quota is full)",
+                f"{err.filename or 'cannot write output'}: {reason} (the disk or quota is full)",
                 ExitCode.FAILURE,
             )
         if err.filename is None:

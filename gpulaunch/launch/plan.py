@@ -227,7 +227,7 @@ def plan_run(
 
     host_mode = opts.no_container
     bind_script = _numa_bind_path(host_mode) if numa.ranks else None
-    rdzv, network = _multi_node(config, opts)
+    rdzv, network = _multi_node(config, opts, _network(launch, opts))
     if rdzv and not opts.script:
         raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
     if opts.script:
@@ -343,13 +343,27 @@ def checkpoint_folder(config: ProjectConfig, project: Path) -> Path | None:
     return path
 
 
-def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | None, str]:
+def _network(launch: ResolvedLaunch, opts: RunOptions) -> tuple[str, str]:
+    """(network, where it was set) by the one precedence `profiles show` reports: --network,
+    else the resolved `docker.network` (default profile < launch.network < the selected
+    profile), else default."""
+    if opts.network:
+        return opts.network, "--network"
+    chosen = launch.docker.get("network")
+    if chosen is None:
+        return "default", "launch.network"
+    return str(chosen.value), f"network ({chosen.source})"
+
+
+def _multi_node(
+    config: ProjectConfig, opts: RunOptions, chosen: tuple[str, str]
+) -> tuple[list[str] | None, str]:
     """torchrun's rendezvous options and the network: host for a multi-node run.
 
     The other nodes reach this one's rendezvous and NCCL/gloo sockets on the host's own
     addresses, so `--network none` cannot work and is refused with the reason.
     """
-    network = opts.network or config.launch.network
+    network, where = chosen
     multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, opts.local_addr]
     if opts.nnodes is None:
         if any(v is not None for v in multi):
@@ -364,7 +378,6 @@ def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | No
     if opts.no_container:
         return rdzv, network  # the host's own network; nothing to choose
     if network == "none":
-        where = "--network" if opts.network else "launch.network"
         raise ConfigError(
             f"{where}: none cannot reach the other nodes of --nnodes {opts.nnodes} "
             "(multi-node runs use host networking)"
