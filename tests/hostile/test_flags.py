@@ -155,7 +155,11 @@ _FakeDockerError.__module__ = "docker.errors"
             2,
             "/var/run/docker.sock: Permission denied",
         ),
-        (OSError(28, "No space left on device"), 1, "cannot write output: No space left on device"),
+        (
+            OSError(28, "No space left on device"),
+            1,
+            "cannot write output: No space left on device (the disk or quota is full)",
+        ),
     ],
 )
 def test_outside_errors_map_to_one_line(

@@ -77,3 +77,32 @@ def test_checkpoint_dir_at_home_or_the_socket_warns(
     warning = [line for line in outcome.stderr.splitlines() if "launch.checkpoint_dir" in line]
     assert len(warning) == 1, outcome.stderr
     assert ("home folder" if where == "home" else "Docker socket") in warning[0]
+
+
+NETWORK_CONFIG = MINIMAL_CONFIG + "  network: {launch}\n  profile: p\nprofiles:\n  p:\n{docker}"
+
+
+@pytest.mark.parametrize(
+    ("launch", "profile", "flag", "expected"),
+    [
+        ("none", "host", None, "host"),  # the selected profile is above launch:
+        ("host", "none", None, "none"),
+        ("none", None, None, "none"),  # no profile network: launch.network
+        ("none", "host", "none", "none"),  # --network above all
+        ("host", None, "default", None),
+    ],
+)
+def test_one_network_precedence_that_profiles_show_reports(
+    hostile: Hostile, launch: str, profile: str | None, flag: str | None, expected: str | None
+) -> None:
+    docker = f"    docker:\n      network: {profile}\n" if profile else "    env: {A: '1'}\n"
+    hostile.write_config(NETWORK_CONFIG.format(launch=launch, docker=docker))
+    shown = hostile.invoke_unchanged("profiles", "show", "p")
+    assert shown.code == 0, shown
+    line = next(x for x in shown.stdout.splitlines() if x.strip().startswith("network"))
+    if flag is None:
+        assert line.split("=")[1].split()[0] == expected, line
+    extra = ("--network", flag) if flag else ()
+    run = hostile.invoke_unchanged("run", "--dry-run", *extra, "train.py")
+    assert run.code == 0, run
+    assert (f"--network {expected}" in run.stdout) if expected else "--network" not in run.stdout
