@@ -442,8 +442,11 @@ def _helper_mounts(with_numa: bool) -> list[Mount]:
 
 
 def host_lib_dir(project: Path) -> Path:
-    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH."""
-    return project / ".gpulaunch" / "lib"
+    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH: in the project,
+    or, when the project is read-only (a shared checkout), in the user's cache folder."""
+    if os.access(project, os.W_OK):
+        return project / ".gpulaunch" / "lib"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpulaunch" / "lib"
 
 
 def write_run_files(plan: LaunchPlan, project: Path) -> None:
@@ -457,7 +460,9 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
     if plan.host_mode:
         helper = Path(__file__).resolve().parent / "precision_helper.py"
         target = host_lib_dir(project) / PRECISION_MODULE
-        write_file(target, helper.read_bytes(), root=project, force=True)
+        top = project if target.is_relative_to(project) else None
+        top = top or next(p for p in target.parents if p.is_dir())
+        write_file(target, helper.read_bytes(), root=top, force=True)
     if plan.launch.log_dir:
         make_dirs(project / plan.launch.log_dir, root=project)
     if plan.checkpoint_dir is not None:

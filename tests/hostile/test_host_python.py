@@ -67,3 +67,31 @@ def test_a_bad_launch_python_is_exit_2(plain: Hostile, value: str) -> None:
     outcome = plain.invoke_unchanged("run", "--dry-run", "--no-container", "train.py")
     outcome.assert_clean_error(2, "launch.python")
     assert os.path.exists(plain.project / "gpulaunch.yaml")
+
+
+def test_no_container_runs_on_a_read_only_project(tmp_path: Path) -> None:
+    """A read-only checkout (a shared folder, a read-only bind mount): the precision helper
+    goes to the user's cache folder; the job runs and its exit code is gpulaunch's. The
+    project is made read-only with a private read-only bind mount (root, as in CI)."""
+    import subprocess
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "gpulaunch.yaml").write_text(MINIMAL_CONFIG)
+    (source / "train.py").write_text("import sys; print('ran'); sys.exit(7)\n")
+    readonly, cache = tmp_path / "ro", tmp_path / "cache"
+    readonly.mkdir()
+    gl = f"{sys.executable} -m gpulaunch run --no-container train.py"
+    script = (
+        f"mount --bind {source} {readonly} && mount -o remount,bind,ro {readonly} && "
+        f"cd {readonly} && ! touch probe 2>/dev/null && {gl}"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "VIRTUAL_ENV": sys.prefix}
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 7, proc.stderr
+    assert "ran" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert (cache / "gpulaunch" / "lib" / "gpulaunch_precision.py").is_file()
+    assert sorted(p.name for p in source.iterdir()) == ["gpulaunch.yaml", "train.py"]
