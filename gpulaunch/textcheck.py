@@ -21,7 +21,7 @@ MAX_GPUS = 4096  # more than any machine has; stops 10**20 reaching the engine
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
-def shown(value: str, keep: str = "\n") -> str:
+def shown(value: str, keep: str = "\n\t") -> str:
     """`value` safe to print on a terminal: control characters (ESC sequences, CR, C1 codes)
     and bidi overrides from labels, records or engine replies become visible escapes
     (`\\x1b`), so nobody else's text can move the cursor, retitle the window or hide a line."""
