@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -214,7 +215,7 @@ class DockerOptions(_Model):
     network: Network | None = None
     cap_add: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
-    ulimits: dict[str, int] = Field(default_factory=dict)
+    ulimits: dict[str, StrictInt] = Field(default_factory=dict)  # StrictInt: "022" is no 22
     cpuset_cpus: str | None = None
 
     @field_validator("cap_add")
@@ -264,7 +265,7 @@ class ProfileSpec(_Model):
 
 class LaunchSettings(_Model):
     gpus: int | str = Field(1, description='Count, "all", "0,2", or 0 for CPU.')
-    nproc: int | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
+    nproc: StrictInt | None = Field(None, ge=1, le=1024, description="Processes (CPU runs).")
     profile: str = "default"
     # -- multi-node and cluster exports (issue 12) --
     image: str | None = Field(
@@ -293,7 +294,8 @@ class LaunchSettings(_Model):
     checkpoint_dir: str | None = Field(
         None, description="Host folder mounted read-write at /checkpoints (created if missing)."
     )
-    stop_grace: int = Field(
+    python: str | None = Field(None, description="--no-container's interpreter (path or command).")
+    stop_grace: StrictInt = Field(
         45, ge=1, le=86400, description="Seconds between SIGTERM and SIGKILL when a job stops."
     )
 
@@ -474,10 +476,30 @@ def find_config(explicit: Path | None, cwd: Path) -> Path:
 
 
 def json_schema() -> dict[str, Any]:
-    schema = ProjectConfig.model_json_schema()
+    """For editors, which read `python: 3.11` as a number and `numa: off` as a boolean (YAML
+    1.1) where our loader keeps strings: every string field also takes those (_editor_scalars)."""
+    schema = _editor_scalars(ProjectConfig.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpulaunch.yaml"
-    return schema
+    return dict(schema)
+
+
+_YAML11_BOOL_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
+
+
+def _editor_scalars(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_editor_scalars(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _editor_scalars(value) for key, value in node.items()}
+    if out.get("type") != "string":
+        return out
+    words = {str(v).lower() for v in out.get("enum", [])} | {str(out.get("const", "")).lower()}
+    free = words & _YAML11_BOOL_WORDS or not ({"enum", "const"} & set(out))
+    kinds = [{"type": "number"}, *([{"type": "boolean"}] if free else [])]
+    extra = {k: out.pop(k) for k in ("title", "description", "default") if k in out}
+    return {"anyOf": [out, *kinds], **extra}
 
 
 def dump_config(config: ProjectConfig) -> str:

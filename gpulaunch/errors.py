@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     ENGINE = 3  # Docker engine missing, unreachable or refusing a request
     BUILD = 4  # image build failed
     TIMEOUT = 124  # `smoke --timeout` expired (as GNU timeout(1) reports it)
+    HANGUP = 129  # SIGHUP (128 + 1): the terminal or the ssh session went away
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 

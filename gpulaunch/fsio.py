@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from gpulaunch.errors import ConfigError, FileExistsRefusal
+from gpulaunch.errors import ConfigError, FileExistsRefusal, GpulaunchError
 
 STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -28,6 +28,19 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 class UnsafePath(ConfigError):
     """A path gpulaunch must not write: a symlink, a non-regular file, outside its root."""
+
+
+class DiskFull(GpulaunchError):
+    """The disk (or the user's quota) is full: not bad input (exit 1, not 2)."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _cannot_write(shown: Path, err: OSError, what: str = "cannot write") -> GpulaunchError:
+    if err.errno in FULL:
+        return DiskFull(f"{shown}: {what}: {err.strerror} (the disk or quota is full)")
+    return ConfigError(f"{shown}: {what}: {err.strerror}")
 
 
 def is_stdout(output: str) -> bool:
@@ -56,7 +69,7 @@ def _open_dir(base: Path, names: list[str], create: bool, shown: Path) -> int:
     try:
         fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
-        raise ConfigError(f"{shown}: cannot open {base}: {err.strerror}") from None
+        raise _cannot_write(shown, err, f"cannot open {base}") from None
     walked = base
     try:
         for name in names:
@@ -77,7 +90,7 @@ def _open_dir(base: Path, names: list[str], create: bool, shown: Path) -> int:
             raise UnsafePath(
                 f"{shown}: {walked} is {kind}; gpulaunch does not write through it"
             ) from None
-        raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+        raise _cannot_write(shown, err) from None
     return fd
 
 
@@ -127,7 +140,7 @@ def write_file(
                 0o600, dir_fd=fd,
             )  # fmt: skip
         except OSError as err:
-            raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+            raise _cannot_write(shown, err) from None
         try:
             with os.fdopen(out, "wb") as fh:
                 fh.write(data)
@@ -141,7 +154,7 @@ def write_file(
             if isinstance(err, IsADirectoryError):
                 raise UnsafePath(f"{shown}: is a folder; refusing to replace it") from None
             if isinstance(err, OSError):
-                raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+                raise _cannot_write(shown, err) from None
             raise
     finally:
         os.close(fd)
@@ -176,7 +189,7 @@ def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[Tex
                 ) from None
             if err.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without reader, a folder
                 raise UnsafePath(f"{shown}: is not a regular file; refusing it") from None
-            raise ConfigError(f"{shown}: cannot write: {err.strerror}") from None
+            raise _cannot_write(shown, err) from None
     finally:
         os.close(fd)
     if not stat.S_ISREG(os.fstat(out).st_mode):

@@ -18,6 +18,23 @@ ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_GPUS = 4096  # more than any machine has; stops 10**20 reaching the engine
 
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown(value: str, keep: str = "\n\t") -> str:
+    """`value` safe to print on a terminal: control characters (ESC sequences, CR, C1 codes)
+    and bidi overrides from labels, records or engine replies become visible escapes
+    (`\\x1b`), so nobody else's text can move the cursor, retitle the window or hide a line."""
+    if not any(c in _BIDI or unicodedata.category(c) in _BAD_CATEGORIES for c in value):
+        return value
+    return "".join(
+        c
+        if c in keep or not (c in _BIDI or unicodedata.category(c) in _BAD_CATEGORIES)
+        else ascii(c)[1:-1]
+        for c in value
+    )
+
+
 def bad_char(value: str) -> str | None:
     """The first line-breaking or control character in `value`, or None."""
     for char in value:
@@ -105,6 +122,8 @@ def parse_gpus(value: object) -> int | str:
     text = value.strip(" ").replace(" ", "")
     count = ascii_int(text)
     if count is not None:
+        if len(text) > 1 and text.startswith("0"):  # YAML 1.1 read `022` as octal 18
+            raise ValueError(f"{value!r}: a count has no leading zero (a list is '0,2')")
         return parse_gpus(count)
     if text == "all":
         return text

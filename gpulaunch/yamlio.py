@@ -2,7 +2,8 @@
 
 Hostile input (alias bombs, huge or binary files, non-UTF-8, deep nesting) becomes a
 `ConfigError` with a one-line reason. Floats are never produced: `torch: 2.10` stays the
-string "2.10" because gpulaunch.yaml has no float fields and versions must not lose digits.
+string "2.10" because gpulaunch.yaml has no float fields and versions must not lose digits;
+integers are plain decimals only (YAML 1.1's `1:0`, `022`, `0x10` stay strings).
 """
 
 from __future__ import annotations
@@ -36,16 +37,22 @@ def _loader_class() -> type:
         first: [
             (tag, rx)
             for tag, rx in resolvers
-            if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+            if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:bool", _INT)
         ]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     for first in "tTfF":
         _Loader.yaml_implicit_resolvers.setdefault(first, []).insert(0, _BOOL_1_2)
+    # Integers are plain decimals only: YAML 1.1 reads `1:0` as 60 (base 60), `022` as 18
+    # (octal), `0x10` as 16 and `1_000` as 1000; those stay the strings they were written as.
+    for first in "-+0123456789":
+        _Loader.yaml_implicit_resolvers.setdefault(first, []).append(_INT_DECIMAL)
     _Loader.construct_mapping = _construct_unique_mapping
     return _Loader
 
 
+_INT = "tag:yaml.org,2002:int"
+_INT_DECIMAL = (_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"))
 _BOOL_1_2 = ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"))
 
 

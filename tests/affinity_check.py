@@ -55,6 +55,7 @@ def plan_and_run(
     (project / "affinity.py").write_text(AFFINITY_SCRIPT)
     root = fixture if isinstance(fixture, Path) else FIXTURES / fixture
     env = {**os.environ, "GPULAUNCH_SYSFS_ROOT": str(root), "NO_COLOR": "1"}
+    env["VIRTUAL_ENV"] = sys.prefix  # --no-container runs the active venv's python (with torch)
     base = [sys.executable, "-m", "gpulaunch", "run", "affinity.py", *flags]
     dry = subprocess.run(
         [*base, "--dry-run", "--json"], cwd=project, env=env, capture_output=True, text=True

@@ -139,6 +139,8 @@ def read_overlay(path: Path) -> Overlay:
     when = parse_date(data.get("research_date"))
     if when is None:
         raise CatalogError(f'{where}: research_date: expected "YYYY-MM-DD" or "YYYY-MM"')
+    if when > date.today():  # a future date would silence the staleness warning for ever
+        raise CatalogError(f"{where}: research_date: {when} is in the future")
     return Overlay(path, data, when)
 
 

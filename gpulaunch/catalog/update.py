@@ -21,6 +21,7 @@ import copy
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
@@ -45,10 +46,12 @@ class Sources:
     records what was reached and what was not (a source that failed once is not retried)."""
 
     def __init__(self, *, base_url: str | None = None, timeout: float = pypi.TIMEOUT_S) -> None:
+        """`timeout`: seconds the whole update may spend reading; each read gets what is left."""
         self.base_url = (base_url or pypi.pypi_url()).rstrip("/")
         self.index_url = (os.environ.get(INDEX_ENV) or DEFAULT_INDEX).rstrip("/")
         self.hub_url = (os.environ.get(HUB_ENV) or DEFAULT_HUB).rstrip("/")
         self.timeout = timeout
+        self._deadline = time.monotonic() + timeout
         self.reached: list[str] = []
         self.unreachable: list[str] = []
         self.hub_reached = False  # Docker Hub's tag list answered (cuda_images refreshed)
@@ -57,6 +60,11 @@ class Sources:
     def _get(self, url: str, kind: str, timeout: float) -> dict[str, Any] | str | None:
         if kind in self._down:
             return None
+        left = self._deadline - time.monotonic()
+        if left <= 0.05:
+            self.unreachable.append(f"{url}: not asked: --timeout {self.timeout:g} s spent")
+            return None
+        timeout = min(timeout, left)
         try:
             data: dict[str, Any] | str = (
                 pypi.fetch_json(url, timeout=timeout)
@@ -66,7 +74,10 @@ class Sources:
         except pypi.Unreachable as err:
             if kind != "pypi-release":  # a missing per-release page is not an outage
                 self._down.add(kind)
-            self.unreachable.append(err.message)
+            message = err.message
+            if time.monotonic() >= self._deadline - 0.05:
+                message = f"{url}: no complete answer within --timeout {self.timeout:g} s"
+            self.unreachable.append(message)
             return None
         self.reached.append(url)
         return data
@@ -129,6 +140,13 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
             "catalog update: PyPI did not answer: " + "; ".join(sources.unreachable[-1:])
         )
     torch = _Project("torch", torch_data, sources)
+    if not isinstance(torch_data.get("info"), dict) or not torch.releases:
+        # Not PyPI's torch JSON (a captive portal, a broken mirror): writing an overlay from
+        # it would replace a good one with nothing.
+        raise pypi.Unreachable(
+            f"catalog update: {sources.base_url}/torch/json: not PyPI's project JSON for torch "
+            "(no release with a Linux wheel); no overlay written"
+        )
     vision = _Project("torchvision", sources.project("torchvision"), sources)
     audio = _Project("torchaudio", sources.project("torchaudio"), sources)
     report = UpdateReport(overlay={})

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, is_remote, runtime_error
+from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, runtime_error
+from gpulaunch.engine.docker_api import is_remote
 from gpulaunch.errors import GpulaunchError
 
 OK, WARN, FAIL = "ok", "warn", "fail"

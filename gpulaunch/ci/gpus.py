@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from gpulaunch.engine.docker_api import engine_address, is_remote
 from gpulaunch.errors import ConfigError, EngineError, GpulaunchError
 
 NO_RUNTIME_FIX = (
@@ -53,14 +54,9 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
     return None
 
 
-def is_remote(host: str) -> bool:
-    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
-    return bool(host) and not host.startswith(("unix://", "npipe://"))
-
-
 def engine_host(engine: Any, env: Mapping[str, str]) -> str:
-    """The engine's address as the engine seam resolves it (DOCKER_HOST, else the docker
-    context); DOCKER_HOST alone when the context cannot be read."""
+    """The engine's address as the engine seam resolves it (`engine_address`: DOCKER_HOST,
+    else the docker context); DOCKER_HOST alone when the context cannot be read."""
     try:
         return str(engine.host)
     except GpulaunchError:
@@ -69,10 +65,14 @@ def engine_host(engine: Any, env: Mapping[str, str]) -> str:
 
 def host_gpus(env: Mapping[str, str], host: str | None = None) -> tuple[list[str], str]:
     """GPU names NVML reports on this machine, and, when there are none, why. `host`: the
-    engine's address (default: DOCKER_HOST)."""
+    engine's address (default: `engine_address`, DOCKER_HOST when the context is unreadable)."""
     from gpulaunch.image import compat
 
-    host = env.get("DOCKER_HOST", "") if host is None else host
+    if host is None:
+        try:
+            host = engine_address(env)
+        except GpulaunchError:
+            host = env.get("DOCKER_HOST", "")
     if is_remote(host):
         return [], f"the engine is remote ({host}); its GPUs are not visible here"
     info = compat.probe(env)

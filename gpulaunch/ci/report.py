@@ -9,6 +9,7 @@ never sees half a file. Text is stripped of what XML 1.0 cannot carry (ANSI esca
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -40,6 +41,38 @@ def check_output_file(value: str, flag: str) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ConfigError(f"{flag}: {value} is not a regular file; refusing to replace it")
     return path
+
+
+def check_junit_file(path: Path, project: Path, force: bool) -> Path | None:
+    """The JUnit target, checked as `render -o` checks its own: inside the project no folder
+    on the way may be a link (returns the project: the writer walks from it without following
+    links), and an existing file that is not a JUnit report is kept unless --force."""
+    target = Path(os.path.abspath(path))
+    root = project if target.is_relative_to(project) and target != project else None
+    if root is not None:
+        walked = root
+        for name in target.relative_to(root).parts[:-1]:
+            walked = walked / name
+            if walked.is_symlink():
+                raise ConfigError(f"--junit: {walked} is a link; refusing to write through it")
+    if target.exists() and not force and not _is_junit(target):
+        raise ConfigError(
+            f"--junit: {path} exists and is not a JUnit report; refusing to overwrite it "
+            "(--force replaces it)"
+        )
+    return root
+
+
+def _is_junit(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if text.startswith(b"<?xml"):
+        text = text[text.find(b"?>") + 2 :].lstrip()
+    return text.startswith((b"<testsuite", b"<testsuites"))
 
 
 def _xml_text(text: str) -> str:
@@ -92,8 +125,10 @@ def junit_xml(result: SmokeResult) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, "unicode") + "\n"
 
 
-def write_junit(result: SmokeResult, path: Path) -> None:
-    write_file(path, junit_xml(result), force=True)
+def write_junit(result: SmokeResult, path: Path, root: Path | None = None) -> None:
+    """Replace the report (checked by `check_junit_file`); `root`: walk from there without
+    following a link."""
+    write_file(path, junit_xml(result), force=True, root=root)
 
 
 def summary_markdown(result: SmokeResult) -> str:

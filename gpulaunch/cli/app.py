@@ -7,6 +7,7 @@ only here; OS and engine errors are mapped too; tracebacks only with `--debug`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -101,10 +102,12 @@ STATE = _State()
 
 
 def _err(message: str) -> None:
-    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values)."""
+    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values), with
+    control characters from labels, records or engine replies shown as escapes."""
     from gpulaunch.masking import mask
+    from gpulaunch.textcheck import shown
 
-    typer.echo(mask(message), err=True)
+    typer.echo(mask(shown(message)), err=True)
 
 
 def handle_errors(fn: F) -> F:
@@ -155,6 +158,12 @@ def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
         return f"Docker engine: {detail}", ExitCode.ENGINE
     if isinstance(err, OSError):
         reason = err.strerror or str(err) or type(err).__name__
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is no usage error
+            _quiet_stdout()
+            return (
+                f"{err.filename or 'cannot write output'}: {reason} (the disk or quota is full)",
+                ExitCode.FAILURE,
+            )
         if err.filename is None:
             _quiet_stdout()
             return f"cannot write output: {reason}", ExitCode.USAGE

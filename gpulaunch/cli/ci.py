@@ -77,6 +77,13 @@ def smoke(
     junit: Annotated[
         str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Let --junit replace a file that is not a JUnit report.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the plan and docker commands; nothing built or run."),
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON result on stdout; all else on stderr.")
     ] = False,
@@ -87,7 +94,13 @@ def smoke(
     Exit codes: 0 passed; the job's own code when it failed; 124 timeout; 3 no GPU with
     --require-gpu (or no engine); 4 build failed; 2 bad input.
     """
-    from gpulaunch.ci.report import SUMMARY_ENV, append_summary, check_output_file, write_junit
+    from gpulaunch.ci.report import (
+        SUMMARY_ENV,
+        append_summary,
+        check_junit_file,
+        check_output_file,
+        write_junit,
+    )
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
     from gpulaunch.fsio import open_stream
     from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
@@ -110,6 +123,7 @@ def smoke(
     elif tail is not None:
         rest += tail
     cfg, project = _load(config, sets)
+    junit_root = check_junit_file(junit_path, project, force) if junit_path else None
     opts = RunOptions(
         script=script, args=rest, command=command, nproc=nproc, env=list(env or []),
         mounts=list(mount or []), network=network, profile=profile, nccl=nccl, numa=numa,
@@ -118,6 +132,13 @@ def smoke(
     smoke_opts = SmokeOptions(steps, timeout, grace, gpus, require_gpu)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = prepare(spec, smoke_opts)  # bad flags fail here: nothing built or written yet
+    if dry_run:  # as `run --dry-run`: no daemon, no log, no record, no report
+        from gpulaunch.cli.jobs import _dry_run
+
+        if gpus == "auto" and not as_json:
+            typer.echo("# smoke: --gpus auto picks the GPUs at run time; shown: the CPU fallback")
+        _dry_run(spec, as_json, False)
+        return
     out = sys.stderr.buffer if as_json else sys.stdout.buffer
     jobio = JobIO(out, sys.stderr.buffer, _err, _build_with_progress)
     log_path = log_file(project, job.plan.run.run_id)
@@ -125,7 +146,7 @@ def smoke(
         observers = standard_observers(spec, _err, kind="smoke")  # smoke runs get records too
         result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path, observers)
     if junit_path is not None:
-        write_junit(result, junit_path)
+        write_junit(result, junit_path, junit_root)
     if summary_path is not None:
         append_summary(result, summary_path)
     _finish(result, as_json, junit_path)

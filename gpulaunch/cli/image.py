@@ -314,7 +314,12 @@ def update(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for each PyPI answer.", min=1, max=300)
+        float,
+        typer.Option(
+            help="Seconds the whole update may spend reading (each answer gets what is left).",
+            min=1,
+            max=300,
+        ),
     ] = 20.0,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
 ) -> None:

@@ -364,9 +364,11 @@ def ps(
     from rich.console import Console
     from rich.table import Table
 
+    from gpulaunch.textcheck import shown
+
     table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
     for row in rows:
-        table.add_row(row["name"], row["project"], row["status"], row["image"])
+        table.add_row(*(shown(row[k]) for k in ("name", "project", "status", "image")))
     # Off a terminal nothing may be cut or wrapped: scripts read these names.
     wide = not sys.stdout.isatty()
     for column in table.columns:

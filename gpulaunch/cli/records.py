@@ -127,10 +127,12 @@ def history(
     from rich.table import Table
 
     columns = ("id", "start", "state", "command", "image", "gpus", "duration", "exit")
+    from gpulaunch.textcheck import shown
+
     table = Table(*(c.upper() for c in columns), "GPU-H", "COST", box=None)
     for record in chosen:
         line = row(record)
-        table.add_row(*(line[c] for c in columns), line["gpu_hours"], line["cost"])
+        table.add_row(*(shown(line[c]) for c in (*columns, "gpu_hours", "cost")))
     wide = not sys.stdout.isatty()  # off a terminal nothing is cut
     for column in table.columns:
         column.no_wrap = wide

@@ -95,14 +95,19 @@ def _sigterm_raises() -> Iterator[None]:
         yield
         return
 
-    def handler(_signum: int, _frame: object) -> None:
-        raise BuildTerminated("build stopped by SIGTERM")
+    def handler(signum: int, _frame: object) -> None:
+        err = BuildTerminated(f"build stopped by {signal.Signals(signum).name}")
+        if signum == signal.SIGHUP:
+            err.exit_code = ExitCode.HANGUP
+        raise err
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    stops = (signal.SIGTERM, signal.SIGHUP)  # a closed terminal stops a build as SIGTERM does
+    previous = {sig: signal.signal(sig, handler) for sig in stops}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> None:

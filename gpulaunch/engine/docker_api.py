@@ -2,7 +2,9 @@
 
 Tests fake this seam (or run it against a real engine, marker `docker`). It honours
 DOCKER_HOST and, when that is unset, the endpoint of the active docker context. Connecting
-and the first ping time out after a few seconds, so a hung engine is a quick exit 3.
+and the first ping time out after a few seconds, so a hung engine is a quick exit 3; every
+later request has a read timeout (GPULAUNCH_ENGINE_TIMEOUT, default 60 s), and an engine that
+answered the ping and then stops answering is an EngineError naming its address.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulaunch.engine import replies
 from gpulaunch.engine.buildspec import (
     CLASSIC_DOCKERFILE,
     Builder,
@@ -26,7 +29,7 @@ from gpulaunch.engine.buildspec import (
     _write_secrets,
 )
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _from_transport, _short, probe_cli
+from gpulaunch.engine.replies import _from_transport, _short, _stalls_raise, probe_cli
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -36,8 +39,8 @@ from gpulaunch.errors import (
 
 MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # runspec.new_run_id's format only
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
-API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
 _RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
 _RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
 # the NVIDIA runtime's refusal, deep in a long OCI error: kept whole, the rest is cut to 400
@@ -68,6 +71,18 @@ def _context_host(env: Mapping[str, str]) -> str | None:
     return str(host)
 
 
+def engine_address(env: Mapping[str, str]) -> str:
+    """The engine's address as this seam connects to it: DOCKER_HOST, else the endpoint of
+    the active docker context, else the default socket. EngineError when that context
+    cannot be read. Everything that asks "is the engine on this machine?" asks here."""
+    return env.get("DOCKER_HOST") or _context_host(env) or "unix:///var/run/docker.sock"
+
+
+def is_remote(host: str) -> bool:
+    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
+    return bool(host) and not host.startswith(("unix://", "npipe://"))
+
+
 class Engine:
     """Docker seam. Construct cheaply; connects on first use."""
 
@@ -80,9 +95,7 @@ class Engine:
     # -- connection -------------------------------------------------------------------
     @property
     def host(self) -> str:
-        return (
-            self.env.get("DOCKER_HOST") or _context_host(self.env) or "unix:///var/run/docker.sock"
-        )
+        return engine_address(self.env)
 
     def client(self) -> Any:
         if self._client is None:
@@ -104,7 +117,8 @@ class Engine:
                     f"cannot reach the Docker engine at {self.host}: {reason}",
                     hint="start dockerd, or set DOCKER_HOST to a running engine",
                 ) from None
-            client.api.timeout = API_TIMEOUT_S
+            client.api.timeout = self.api_timeout()
+            _stalls_raise(client.api, self.host)
             self._client = client
         return self._client
 
@@ -123,14 +137,14 @@ class Engine:
 
     def refused_ulimits(self) -> set[str]:
         """The ulimits this engine refused on an earlier run (remembered for a day)."""
-        from gpulaunch.engine.replies import refused_ulimits
-
-        return refused_ulimits(self.identity())
+        return replies.refused_ulimits(self.identity())
 
     def remember_refused_ulimit(self, name: str) -> None:
-        from gpulaunch.engine.replies import remember_refused_ulimit
+        replies.remember_refused_ulimit(self.identity(), name)
 
-        remember_refused_ulimit(self.identity(), name)
+    def api_timeout(self) -> float:
+        """Read timeout of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
+        return replies.api_timeout(self.env)
 
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""
@@ -449,14 +463,15 @@ class Engine:
     def run_id_of(self, container: Any) -> str | None:
         """The run id `gpulaunch run` gave this container, or None when it is not ours.
 
-        Containers inherit their image's labels, so a label counts only when the container's
-        own value differs from what its image carries: `docker run IMG` of an image with a
-        run-id label must not look like a gpulaunch job.
+        Only a run id of `new_run_id`'s format counts (`docker run -l io.gpulaunch.run-id=x` by
+        hand, or a stranger's tool, is not ours). Containers inherit their image's labels, so a
+        label counts only when the container's own value differs from what its image carries:
+        `docker run IMG` of an image with a run-id label must not look like a gpulaunch job.
         """
         labels = container.labels or {}
         run_id = labels.get(RUN_ID_LABEL)
-        if not run_id:
-            return None
+        if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+            return None  # not a run id `run` makes: someone else's label (or an old forgery)
         return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
 
     def _image_labels(self, container: Any) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 For clusters without Docker, runs already inside a container (a Kubernetes pod, an NGC
 shell), and GPU machines without a container engine. Signals behave as in a container:
-the first SIGINT/SIGTERM is forwarded as SIGTERM, a second one kills.
+the first SIGINT/SIGTERM/SIGHUP is forwarded as SIGTERM, a second one kills.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from pathlib import Path
 from gpulaunch.engine.runspec import RunPlan
 from gpulaunch.errors import ExitCode, RunError
 
-_SIGNAL_EXIT = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED}
+_SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
+    signal.SIGHUP: ExitCode.HANGUP,
+    signal.SIGINT: ExitCode.INTERRUPTED,
+    signal.SIGTERM: ExitCode.TERMINATED,
+}
 
 
 def run_on_host(plan: RunPlan, cwd: Path) -> int:

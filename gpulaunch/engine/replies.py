@@ -2,8 +2,9 @@
 buildx`, 23+, or a pre-23 client behind DOCKER_BUILDKIT=1; None: the SDK's classic builder),
 probed without a daemon and kept per process for the same binaries (a command asks more than
 once, and each probe runs two subprocesses per `docker` on PATH); its version text; short
-error texts; whether an error came from the HTTP layer under the SDK; and what an engine
-refused before (below: `refused_ulimits`)."""
+error texts; whether an error came from the HTTP layer under the SDK, and that error as the
+one line naming the engine that stopped answering; and what an engine refused before (below:
+`refused_ulimits`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,28 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpulaunch.engine.buildspec import DockerCli
+from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.fsio import cache_dir, read_cache, write_cache
+
+TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # seconds of each API call after the ping
+API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
+
+
+def api_timeout(env: Mapping[str, str]) -> float:
+    """GPULAUNCH_ENGINE_TIMEOUT, or 60 s; anything but a number in (0, 86400] is exit 2."""
+    text = env.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return API_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 86400:
+        raise ConfigError(f"{TIMEOUT_ENV}: {text!r} is not a number of seconds in (0, 86400]")
+    return value
 
 
 def _is_executable(path: Path) -> bool:
@@ -44,6 +64,34 @@ def _from_transport(err: BaseException) -> bool:
     """An error of the HTTP layer under the docker SDK (requests, urllib3), by module, so
     nothing imports them for this."""
     return any(c.__module__.split(".")[0] in ("requests", "urllib3") for c in type(err).__mro__)
+
+
+def _stalls_raise(api: Any, host: str) -> None:
+    """Make every request of the SDK's session that the transport fails (a read timeout, a
+    dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
+
+    The SDK sends each call through `Session.request`; wrapping it on this one session
+    covers every call, including those made inside the SDK's models."""
+    send = api.request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return send(*args, **kwargs)
+        except Exception as err:
+            if not _from_transport(err):
+                raise
+            limit = kwargs.get("timeout")
+            if "timed out" in str(err).lower() and isinstance(limit, int | float):
+                reason = f"no answer within {limit:g} s"
+            else:
+                reason = "the connection failed"
+            raise EngineError(
+                f"the Docker engine at {host} stopped answering: {reason}",
+                hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets "
+                "the wait",
+            ) from None
+
+    api.request = request
 
 
 def _short(err: BaseException) -> str:

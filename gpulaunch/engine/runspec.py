@@ -118,7 +118,7 @@ class RunPlan:
         }
 
 
-def new_run_id() -> str:
+def new_run_id() -> str:  # docker_api.RUN_ID_RE matches exactly these
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 

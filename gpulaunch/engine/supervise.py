@@ -1,8 +1,8 @@
 """Supervise one training container: stream output, forward signals, always clean up.
 
-Ctrl-C / SIGTERM -> the container gets SIGTERM (its init forwards it to torchrun, which
+Ctrl-C / SIGTERM / SIGHUP -> the container gets SIGTERM (its init forwards it to torchrun, which
 forwards it to the ranks), SIGKILL after the stop timeout; a second Ctrl-C kills at once.
-The container is removed on every path and the exit code is the job's, or 130 / 143.
+The container is removed on every path and the exit code is the job's, or 129 / 130 / 143.
 
 Interactive jobs: gpulaunch's stdin to the container (`docker run -i`) and a terminal for
 it (`-t`), so `breakpoint()` / pdb / `input()` work and `echo hi | gpulaunch run -- cat`
@@ -32,7 +32,11 @@ from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
 from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
 
-_SIGNAL_EXIT = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED}
+_SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
+    signal.SIGHUP: ExitCode.HANGUP,
+    signal.SIGINT: ExitCode.INTERRUPTED,
+    signal.SIGTERM: ExitCode.TERMINATED,
+}
 
 
 class _Stopper:

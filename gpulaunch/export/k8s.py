@@ -8,6 +8,7 @@ back (it must be YAML), checked by `export.lint`, and written in one canonical f
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any, Literal
 
@@ -161,4 +162,41 @@ def render_text(spec: ExportSpec, kind: str, namespace: str | None = None) -> st
     header = (
         f"# gpulaunch export k8s --kind {kind}: {spec.nodes} node(s) x {spec.nproc} process(es)\n"
     )
-    return header + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+    return header + yaml.dump_all(
+        docs, Dumper=_quoting_dumper(), sort_keys=False, default_flow_style=False
+    )
+
+
+def _quoting_dumper() -> Any:
+    """A dumper that double-quotes every string. kubectl decodes YAML 1.1 (go-yaml), which
+    reads plain `y`, `n`, `1e3` and `1e-4` as booleans and numbers where PyYAML (also 1.1,
+    but without `y`/`n` and needing a dot in floats) writes them plain: an env value of
+    `1e-4` would reach the API server as a number and be refused. Quoted, a string stays one."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def quoted(dumper: Any, value: str) -> Any:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+
+    def mapping(dumper: Any, data: dict[Any, Any]) -> Any:
+        """Keys that are plain names stay plain (readable manifests); any other is quoted."""
+        pairs = []
+        for key, value in data.items():
+            plain = isinstance(key, str) and _PLAIN_KEY.fullmatch(key) and key.lower() not in _WORDS
+            key_node = (
+                yaml.ScalarNode("tag:yaml.org,2002:str", key)
+                if plain
+                else dumper.represent_data(key)
+            )
+            pairs.append((key_node, dumper.represent_data(value)))
+        return yaml.MappingNode("tag:yaml.org,2002:map", pairs, flow_style=False)
+
+    Dumper.add_representer(str, quoted)
+    Dumper.add_representer(dict, mapping)
+    return Dumper
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
+_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}  # YAML 1.1's non-strings

@@ -6,10 +6,9 @@ errors carry the YAML path), so `gpulaunch.catalog` holds only the reasoning ove
 
 from __future__ import annotations
 
-import bisect
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -39,23 +38,6 @@ def _xy(version: str) -> str:
 
 def _join(items: Iterable[str]) -> str:
     return ", ".join(items)
-
-
-def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
-    """Up to n known versions closest to `wanted` in version order, nearest first."""
-    ordered = sorted(set(known), key=_vt)
-    keys = [_vt(v) for v in ordered]
-    pos = bisect.bisect_left(keys, _vt(wanted))
-    lo, hi = pos - 1, pos
-    out: list[str] = []
-    while len(out) < n and (lo >= 0 or hi < len(ordered)):
-        if lo >= 0:
-            out.append(ordered[lo])
-            lo -= 1
-        if len(out) < n and hi < len(ordered):
-            out.append(ordered[hi])
-            hi += 1
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -232,11 +214,7 @@ class _Node:
         value = self._get(key, required=False)
         if value is None:
             return None
-        if not isinstance(value, str):
-            raise _bad(f"{self.path}.{key}", f"expected a quoted string, got {value!r}")
-        if version and not _VERSION_RE.match(value):
-            raise _bad(f"{self.path}.{key}", f"not a dotted version: {value!r}")
-        return value
+        return _checked_text(value, f"{self.path}.{key}", version)
 
     def texts(self, key: str, *, version: bool = False, required: bool = True) -> tuple[str, ...]:
         value = self._get(key, required=required)
@@ -246,11 +224,7 @@ class _Node:
             raise _bad(f"{self.path}.{key}", "expected a list")
         out = []
         for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise _bad(f"{self.path}.{key}[{i}]", f"expected a quoted string, got {item!r}")
-            if version and not _VERSION_RE.match(item):
-                raise _bad(f"{self.path}.{key}[{i}]", f"not a dotted version: {item!r}")
-            out.append(item)
+            out.append(_checked_text(item, f"{self.path}.{key}[{i}]", version))
         return tuple(out)
 
     def confidence(self) -> str:
@@ -298,6 +272,19 @@ class _ShapeError(CatalogError):
 
 def _bad(path: str, why: str) -> CatalogError:
     return _ShapeError(f"{path}: {why}")
+
+
+def _checked_text(value: object, path: str, version: bool) -> str:
+    """A quoted, single-line string; a version is dotted numbers of at most 6 digits each."""
+    from gpulaunch.textcheck import bad_char
+
+    if not isinstance(value, str):
+        raise _bad(path, f"expected a quoted string, got {value!r}")
+    if bad_char(value) is not None:
+        raise _bad(path, "must be a single line without control characters")
+    if version and not (_VERSION_RE.fullmatch(value) and max(map(len, value.split("."))) <= 6):
+        raise _bad(path, f"not a dotted version: {value!r}")
+    return value
 
 
 def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
@@ -368,6 +355,11 @@ def _release(node: _Node) -> TorchRelease:
         origin=node.opt_text("origin"),
     )
     py.done()
+    for key in ("min", "max"):
+        if not _PYTHON_RE.fullmatch(getattr(release, f"python_{key}")):
+            raise _bad(f"{py.path}.{key}", "expected a Python version such as 3.11")
+    if _vt(release.python_min) > _vt(release.python_max):
+        raise _bad(py.path, f"min {release.python_min} is above max {release.python_max}")
     for v in release.variants:
         if v.status not in ("stable", "experimental", "legacy"):
             raise _bad(node.path, f"variant {v.variant}: unknown status {v.status!r}")
@@ -398,11 +390,14 @@ def _gpu(node: _Node) -> Gpu:
 
 
 def _window(node: _Node) -> ArchWindow:
-    return ArchWindow(
+    window = ArchWindow(
         node.text("cuda", version=True),
         node.text("min_cc", version=True),
         node.text("max_cc", version=True),
     )
+    if _vt(window.min_cc) > _vt(window.max_cc):
+        raise _bad(node.path, f"min_cc {window.min_cc} is above max_cc {window.max_cc}")
+    return window
 
 
 def _driver(node: _Node) -> ToolkitDriver:

@@ -7,6 +7,7 @@ valid choice.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,6 @@ from gpulaunch.image.catalog_data import (
     TorchRelease,
     Variant,
     _join,
-    _nearest,
     _vt,
     _xy,
 )
@@ -410,3 +410,20 @@ def own_python_only(requested: str | None, what: str) -> None:
     """Bases that bring their Python (python:*-slim, NGC) take no other source."""
     if requested not in (None, "image"):
         raise CatalogError(f"image.python_source: {what} bring their own Python; got {requested}")
+
+
+def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
+    """Up to n known versions closest to `wanted` in version order, nearest first."""
+    ordered = sorted(set(known), key=_vt)
+    keys = [_vt(v) for v in ordered]
+    pos = bisect.bisect_left(keys, _vt(wanted))
+    lo, hi = pos - 1, pos
+    out: list[str] = []
+    while len(out) < n and (lo >= 0 or hi < len(ordered)):
+        if lo >= 0:
+            out.append(ordered[lo])
+            lo -= 1
+        if len(out) < n and hi < len(ordered):
+            out.append(ordered[hi])
+            hi += 1
+    return out

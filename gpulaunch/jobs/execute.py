@@ -202,7 +202,7 @@ def explain_error(job: Job, err: Any) -> None:
 
 def _with_restarts(job: Job, io: JobIO, attempt: Callable[[], int]) -> int:
     """Run the job; with `--restarts N` on a single-process job, up to N more times while it
-    fails. A stop (130/143: Ctrl-C, SIGTERM, a preemption notice) is never restarted."""
+    fails. A stop (129/130/143: SIGHUP, Ctrl-C, SIGTERM, a preemption notice) is never restarted."""
     from gpulaunch.records.store import utc_now
 
     restarts = job.plan.restarts if job.plan.restart_by == "gpulaunch" else 0
@@ -210,7 +210,7 @@ def _with_restarts(job: Job, io: JobIO, attempt: Callable[[], int]) -> int:
         started = utc_now()
         code = attempt()
         job.attempts.append({"started_at": started, "ended_at": utc_now(), "exit_code": code})
-        if code in (0, 130, 143) or len(job.attempts) > restarts:
+        if code in (0, 129, 130, 143) or len(job.attempts) > restarts:
             return code
         io.say(
             f"gpulaunch: attempt {len(job.attempts)} exited {code}; restarting "

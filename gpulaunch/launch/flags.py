@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from gpulaunch.engine.runspec import WORKSPACE, Mount
 from gpulaunch.errors import ConfigError
@@ -39,14 +40,25 @@ def parse_mount(spec: str, project: Path, where: str) -> Mount:
 
 
 def mount_warnings(mount: Mount, where: str) -> list[str]:
-    """Mounts that hand the container the host: `/`, the Docker socket, the home folder."""
+    """Mounts that hand the container the host: `/`, the Docker socket, the home folder, or a
+    folder that holds one of them (`/run`, `/var/run`, `/home`)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    if mount.source == "/":
+    src = os.path.realpath(mount.source)
+
+    def covers(path: str) -> bool:
+        return path == src or path.startswith(src.rstrip("/") + "/")
+
+    sockets = sorted({os.path.realpath(s) for s in DOCKER_SOCKETS} | set(DOCKER_SOCKETS))
+    held = next((s for s in sockets if covers(s)), None)
+    if src == "/":
         what = "the host's root folder /"
-    elif mount.source in DOCKER_SOCKETS or os.path.basename(mount.source) == "docker.sock":
+    elif held == src or os.path.basename(src) == "docker.sock":
         what = f"the Docker socket {mount.source} (root on the host to anyone in the container)"
-    elif mount.source == home and home != "/":
+    elif held is not None:
+        what = f"{mount.source}, which holds the Docker socket {held} (root on the host)"
+    elif home != "/" and covers(home):
         what = f"your home folder {home} (keys, tokens, shell history)"
+        what = what if src == home else f"{mount.source}, which holds {what}"
     else:
         return []
     mode = "read-only" if mount.read_only else "writable"
@@ -235,3 +247,44 @@ def rdzv_options(
     if local_addr is not None:  # the node's name in the rendezvous (default: its FQDN)
         argv += ["--local-addr", parse_local_addr(local_addr)]
     return argv
+
+
+def host_python(config: Any, project: Path, env: dict[str, str]) -> str:
+    """--no-container's interpreter: the project's, never gpulaunch's own (pipx installs
+    gpulaunch in a venv without torch). launch.python (a path, relative to the project, or a
+    command on PATH), else the active venv ($VIRTUAL_ENV), else the project's .venv, else
+    python3 on PATH."""
+    import shutil
+
+    wanted: str | None = config.launch.python
+    if wanted is not None:
+        if "/" in wanted:
+            path = Path(os.path.abspath(project / os.path.expanduser(wanted)))
+            if not os.access(path, os.X_OK) or path.is_dir():
+                raise ConfigError(f"launch.python: {str(path)!r} is not an executable file")
+            return str(path)
+        found = shutil.which(wanted, path=env.get("PATH"))
+        if found is None:
+            raise ConfigError(f"launch.python: {wanted!r} is not on PATH")
+        return found
+    for folder in (env.get("VIRTUAL_ENV"), str(project / ".venv")):
+        if folder and os.access(Path(folder) / "bin" / "python", os.X_OK):
+            return str(Path(folder) / "bin" / "python")
+    found = shutil.which("python3", path=env.get("PATH"))
+    if found is None:
+        raise ConfigError("run --no-container: no python3 on PATH; set launch.python")
+    return found
+
+
+def host_paths(command: list[str], project: Path, python: str) -> list[str]:
+    """Container paths (/workspace/...) back to host paths for --no-container."""
+    out = []
+    for part in command:
+        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
+            part = str(project) + part[len(WORKSPACE) :]
+        out.append(part)
+    if out and out[0] == "python":
+        out[0] = python
+    elif out and out[0] == "torchrun":
+        out[:1] = [python, "-m", "torch.distributed.run"]
+    return out

@@ -17,6 +17,8 @@ from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, bas
 from gpulaunch.errors import ConfigError, TopologyError
 from gpulaunch.launch.flags import (
     gpu_count,
+    host_paths,
+    host_python,
     module_command,
     mount_warnings,
     parse_env_flags,
@@ -98,14 +100,15 @@ def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
     when it is None, why (shown by --dry-run: the GPUs were then not validated).
 
     NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
-    without a driver is not trusted for validation, and a remote DOCKER_HOST is not here.
+    without a driver is not trusted for validation, and a remote engine (DOCKER_HOST or the
+    docker context, as the engine seam reads them) is not here.
     Only the failures a real host produces are advisory: the driver refusing a query
     (NvmlError) and an unreadable sysfs (OSError). Anything else (bindings without a
     function, a bug) is raised, because swallowing it would silently skip the validation.
     """
-    host = env.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        return None, f"the engine is remote (DOCKER_HOST={host})"
+    remote = _remote_engine(env)
+    if remote:
+        return None, remote
     from gpulaunch.engine.nvml import NvmlError
     from gpulaunch.launch.topology import discover
 
@@ -118,6 +121,19 @@ def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
         return topo, ""
     return None, "no NVML (nvidia-ml-py not installed or no driver); sysfs alone is not trusted"
+
+
+def _remote_engine(env: dict[str, str]) -> str:
+    """Why the engine is not this machine ('' when it is): its address is remote, or the
+    docker context naming it cannot be read (then its GPUs cannot be known here either)."""
+    from gpulaunch.engine.docker_api import engine_address, is_remote
+    from gpulaunch.errors import EngineError
+
+    try:
+        host = engine_address(env)
+    except EngineError as err:
+        return err.message
+    return f"the engine is remote ({host})" if is_remote(host) else ""
 
 
 def _cpuset(value: Any) -> frozenset[int] | None:
@@ -214,15 +230,22 @@ def plan_run(
 
     host_mode = opts.no_container
     bind_script = _numa_bind_path(host_mode) if numa.ranks else None
-    rdzv, network = _multi_node(config, opts)
+    rdzv, network = _multi_node(config, opts, _network(launch, opts))
     if rdzv and not opts.script:
         raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
     if opts.script:
         command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script, rdzv)
         if host_mode:
-            command = _host_paths(command, project)
+            command = host_paths(command, project, host_python(config, project, environ))
     elif opts.command:
+        if not opts.command[0].strip():
+            raise ConfigError("run: the command after -- is empty")
         command = module_command(list(opts.command), nproc)
+        if opts.nproc and opts.nproc > 1 and not _is_torchrun(command):
+            raise ConfigError(
+                f"--nproc {opts.nproc}: `-- COMMAND` runs once, as given; give SCRIPT or "
+                "`-- python -m MODULE` for one process per rank, or start torchrun yourself"
+            )
     else:
         raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
@@ -262,12 +285,13 @@ def plan_run(
             f"--gpus {gpus}: the image is a CPU build ({field}): torch in it cannot use the GPUs "
             "asked for; choose a CUDA build (image.cuda) to use them"
         )
-    if mount_notes:
-        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     checkpoints = checkpoint_folder(config, project)
     if checkpoints is not None:
         mounts.append(Mount(str(checkpoints), CHECKPOINTS))
         run_env[CHECKPOINT_ENV] = str(checkpoints) if host_mode else CHECKPOINTS
+        mount_notes += mount_warnings(mounts[-1], "launch.checkpoint_dir")
+    if mount_notes:
+        launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     mounts += _helper_mounts(bool(numa.ranks))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
@@ -330,13 +354,27 @@ def checkpoint_folder(config: ProjectConfig, project: Path) -> Path | None:
     return path
 
 
-def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | None, str]:
+def _network(launch: ResolvedLaunch, opts: RunOptions) -> tuple[str, str]:
+    """(network, where it was set) by the one precedence `profiles show` reports: --network,
+    else the resolved `docker.network` (default profile < launch.network < the selected
+    profile), else default."""
+    if opts.network:
+        return opts.network, "--network"
+    chosen = launch.docker.get("network")
+    if chosen is None:
+        return "default", "launch.network"
+    return str(chosen.value), f"network ({chosen.source})"
+
+
+def _multi_node(
+    config: ProjectConfig, opts: RunOptions, chosen: tuple[str, str]
+) -> tuple[list[str] | None, str]:
     """torchrun's rendezvous options and the network: host for a multi-node run.
 
     The other nodes reach this one's rendezvous and NCCL/gloo sockets on the host's own
     addresses, so `--network none` cannot work and is refused with the reason.
     """
-    network = opts.network or config.launch.network
+    network, where = chosen
     multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, opts.local_addr]
     if opts.nnodes is None:
         if any(v is not None for v in multi):
@@ -351,7 +389,6 @@ def _multi_node(config: ProjectConfig, opts: RunOptions) -> tuple[list[str] | No
     if opts.no_container:
         return rdzv, network  # the host's own network; nothing to choose
     if network == "none":
-        where = "--network" if opts.network else "launch.network"
         raise ConfigError(
             f"{where}: none cannot reach the other nodes of --nnodes {opts.nnodes} "
             "(multi-node runs use host networking)"
@@ -374,8 +411,7 @@ def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> N
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
     if gpus in (0, "0"):
         return
-    host = env.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
+    if _remote_engine(env):
         return
     from gpulaunch.image import compat
     from gpulaunch.image.render import image_request
@@ -417,8 +453,11 @@ def _helper_mounts(with_numa: bool) -> list[Mount]:
 
 
 def host_lib_dir(project: Path) -> Path:
-    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH."""
-    return project / ".gpulaunch" / "lib"
+    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH: in the project,
+    or, when the project is read-only (a shared checkout), in the user's cache folder."""
+    if os.access(project, os.W_OK):
+        return project / ".gpulaunch" / "lib"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpulaunch" / "lib"
 
 
 def write_run_files(plan: LaunchPlan, project: Path) -> None:
@@ -432,7 +471,9 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
     if plan.host_mode:
         helper = Path(__file__).resolve().parent / "precision_helper.py"
         target = host_lib_dir(project) / PRECISION_MODULE
-        write_file(target, helper.read_bytes(), root=project, force=True)
+        top = project if target.is_relative_to(project) else None
+        top = top or next(p for p in target.parents if p.is_dir())
+        write_file(target, helper.read_bytes(), root=top, force=True)
     if plan.launch.log_dir:
         make_dirs(project / plan.launch.log_dir, root=project)
     if plan.checkpoint_dir is not None:
@@ -442,22 +483,6 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
         elif not folder.is_dir():  # outside the project: create below what exists
             top = next(p for p in folder.parents if p.is_dir())
             make_dirs(folder, root=top)
-
-
-def _host_paths(command: list[str], project: Path) -> list[str]:
-    """Container paths (/workspace/...) back to host paths for --no-container."""
-    out = []
-    for part in command:
-        if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
-            part = str(project) + part[len(WORKSPACE) :]
-        out.append(part)
-    import sys
-
-    if out and out[0] == "python":
-        out[0] = sys.executable
-    elif out and out[0] == "torchrun":
-        out[:1] = [sys.executable, "-m", "torch.distributed.run"]
-    return out
 
 
 def dry_run_json(prepared: PreparedBuild | None, plan: LaunchPlan) -> dict[str, Any]:

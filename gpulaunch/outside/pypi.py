@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -33,10 +34,31 @@ def pypi_url() -> str:
 
 
 def fetch_text(url: str, *, timeout: float = TIMEOUT_S) -> str:
-    """GET `url` as UTF-8 text; every failure (DNS, refused, timeout, HTTP error status,
-    oversize, not UTF-8) is an `Unreachable` naming the URL and the reason."""
+    """GET `url` as UTF-8 text within `timeout` seconds in all (a server that drips its
+    answer a byte at a time never trips a socket timeout, so the whole read is bounded);
+    every failure (DNS, refused, timeout, HTTP error status, oversize, not UTF-8) is an
+    `Unreachable` naming the URL and the reason."""
     if not url.startswith(("https://", "http://")):
         raise Unreachable(f"{url}: not an http(s) URL")
+    box: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            box["text"] = _fetch(url, timeout)
+        except BaseException as err:  # handed to the caller's thread below
+            box["error"] = err
+
+    reader = threading.Thread(target=read, name="gpulaunch-fetch", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():  # left to its socket timeout; its answer is never used
+        raise Unreachable(f"{url}: no complete answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return str(box["text"])
+
+
+def _fetch(url: str, timeout: float) -> str:
     request = urllib.request.Request(
         url, headers={"User-Agent": f"gpulaunch/{__version__}", "Accept": "*/*"}
     )
@@ -62,7 +84,7 @@ def fetch_json(url: str, *, timeout: float = TIMEOUT_S) -> dict[str, Any]:
     text = fetch_text(url, timeout=timeout)
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise Unreachable(f"{url}: answer is not JSON") from None
     if not isinstance(data, dict):
         raise Unreachable(f"{url}: answer is not a JSON object")

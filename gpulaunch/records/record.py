@@ -82,6 +82,17 @@ def gpu_count(gpus: int | str, indices: list[int] | None) -> int | None:
     return None
 
 
+def _engine_is_here(env: dict[str, str]) -> bool:
+    """Whether the engine runs on this machine (its address as the engine seam reads it)."""
+    from gpulaunch.engine.docker_api import engine_address, is_remote
+    from gpulaunch.errors import GpulaunchError
+
+    try:
+        return not is_remote(engine_address(env))
+    except GpulaunchError:
+        return False
+
+
 def _gpu_devices(indices: list[int] | None, env: dict[str, str]) -> tuple[int | None, list[Any]]:
     """(GPUs on this host, [{index, name, uuid}]) from NVML; (None, []) without it."""
     from gpulaunch.engine.nvml import NvmlError, session
@@ -182,7 +193,9 @@ def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> d
     spec, plan = job.spec, job.plan
     run = plan.run
     indices = gpu_indices(run.gpus, None)
-    host_count, devices = _gpu_devices(indices, env) if run.gpus not in (0, "0") else (None, [])
+    here = plan.host_mode or _engine_is_here(env)
+    asks = run.gpus not in (0, "0") and here  # a remote engine's GPUs are not this machine's
+    host_count, devices = _gpu_devices(indices, env) if asks else (None, [])
     if run.gpus == "all" and host_count is not None:
         indices = list(range(host_count))
     container = getattr(job, "container", None)
@@ -276,9 +289,11 @@ class RunRecorder:
         self._start_sampler(self.record)
 
     def _start_sampler(self, record: dict[str, Any]) -> None:
-        """Attached GPU runs only: nobody watches a detached one, CPU runs have no GPUs."""
+        """Attached GPU runs only: nobody watches a detached one, CPU runs have no GPUs, and
+        the GPUs of a remote engine (no devices recorded) cannot be sampled from here."""
         indices = record["gpus"]["indices"]
-        if not self.metrics or record["detached"] or not indices:
+        remote = record["mode"] == "container" and not _engine_is_here(dict(os.environ))
+        if not self.metrics or record["detached"] or not indices or remote:
             return
         from gpulaunch.records.metrics import Sampler
 

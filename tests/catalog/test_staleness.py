@@ -4,7 +4,7 @@ silence the warning for CUDA image and NGC facts (issue 24 item 10)."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -66,8 +66,11 @@ def test_due_warning_after_a_pypi_only_update(
     """The overlay `catalog update` writes when only PyPI answered, read from its file."""
     monkeypatch.delenv(staleness.OFF_ENV)
     path = _overlay(tmp_path, 'sources: {refreshed: ["torch"], reached: [], not_reached: []}\n')
-    path.write_text(path.read_text().replace(date.today().isoformat(), "2027-05-30"))
-    message = staleness.due_warning("2026-12-04", [path], date(2027, 6, 1))
+    today = date.today()  # an overlay may not be dated in the future: real dates here
+    refreshed = (today - timedelta(days=2)).isoformat()
+    path.write_text(path.read_text().replace(today.isoformat(), refreshed))
+    packaged = (today - timedelta(days=179)).isoformat()
+    message = staleness.due_warning(packaged, [path], today)
     assert message is not None
     assert message.startswith("the version catalog's CUDA image and NGC facts are 179 days old")
-    assert staleness.due_warning("2026-12-04", [path], date(2027, 6, 1)) is None  # once a day
+    assert staleness.due_warning(packaged, [path], today) is None  # once a day

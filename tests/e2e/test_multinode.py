@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_two_nodes_on_loopback_form_one_world(app: Path, mode: str) -> None:
                 "allreduce.py",
             ),
             cwd=app,
-            env=cli_env(),
+            env=cli_env(VIRTUAL_ENV=sys.prefix),  # --no-container: this venv's python and torch
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,7 +1,8 @@
-"""Ctrl-C and SIGTERM sent to a real `gpulaunch run` process while its job runs.
+"""Ctrl-C, SIGTERM and SIGHUP sent to a real `gpulaunch run` process while its job runs.
 
 The first signal becomes SIGTERM for the job (docker-init forwards it to python or to
-torchrun, which forwards it to every rank); gpulaunch exits 130 (SIGINT) or 143 (SIGTERM)
+torchrun, which forwards it to every rank); gpulaunch exits 130 (SIGINT), 143 (SIGTERM) or
+129 (SIGHUP)
 and removes the container. A second Ctrl-C kills the job at once.
 """
 
@@ -41,7 +42,9 @@ def _assert_no_container(client: Any, job: LiveJob) -> None:
 
 @pytest.mark.parametrize("nproc", [1, 2])
 @pytest.mark.parametrize(
-    ("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"]
+    ("signum", "expected"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+    ids=["INT", "TERM", "HUP"],  # HUP: the terminal or ssh session closed
 )
 def test_signal_stops_the_job_gracefully(
     start_job: Any, docker_client: Any, nproc: int, signum: int, expected: int

@@ -221,7 +221,7 @@ def test_cli_uses_the_pushed_digest(
     write_push_record(project, tag, IMAGE)
     code, out, err = invoke(runner, "export", "k8s", "train.py")
     assert code == 0, err
-    assert f"image: {IMAGE}" in out
+    assert f'image: "{IMAGE}"' in out
 
 
 @pytest.mark.parametrize(

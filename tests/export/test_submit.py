@@ -58,7 +58,7 @@ def test_submit_k8s_dry_run_calls_nothing(
     code, out, err = invoke(runner, "submit", "k8s", "train.py", "--image", IMAGE, "--dry-run")
     assert code == 0, err
     assert out.startswith("# kubectl apply -f - <<'MANIFEST'\n")
-    assert out.rstrip().endswith("MANIFEST") and "kind: Job" in out
+    assert out.rstrip().endswith("MANIFEST") and 'kind: "Job"' in out
 
 
 def test_missing_kubectl_is_exit_3(

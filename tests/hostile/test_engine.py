@@ -104,21 +104,28 @@ def container(name: str, labels: dict[str, str], image: str = "img") -> Any:
 
 
 MANAGED_IMAGE = {"io.gpulaunch.managed": "true", "io.gpulaunch.project": "p"}
+R1, R2 = "20261204-101500-a1b2c3", "20261204-101501-d4e5f6"  # run ids of `new_run_id`'s format
 
 
 @pytest.mark.parametrize(
     ("labels", "image_labels", "ours"),
     [
         # started by `gpulaunch run`: its own run id, the image has none
-        ({**MANAGED_IMAGE, RUN_ID_LABEL: "r1"}, MANAGED_IMAGE, True),
+        ({**MANAGED_IMAGE, RUN_ID_LABEL: R1}, MANAGED_IMAGE, True),
         # `docker run` of a gpulaunch-built image: only inherited labels
         (dict(MANAGED_IMAGE), MANAGED_IMAGE, False),
         # an image that itself carries a run-id label passes it on: inherited, not ours
-        ({RUN_ID_LABEL: "r1"}, {RUN_ID_LABEL: "r1"}, False),
+        ({RUN_ID_LABEL: R1}, {RUN_ID_LABEL: R1}, False),
         # `gpulaunch run` of such an image sets its own, different value
-        ({RUN_ID_LABEL: "r2"}, {RUN_ID_LABEL: "r1"}, True),
+        ({RUN_ID_LABEL: R2}, {RUN_ID_LABEL: R1}, True),
         ({}, {}, False),
         ({RUN_ID_LABEL: ""}, {}, False),
+        # a label of another format is someone else's (`docker run -l io.gpulaunch.run-id=x`)
+        ({RUN_ID_LABEL: "x"}, {}, False),
+        ({RUN_ID_LABEL: R1 + "\n"}, {}, False),
+        ({RUN_ID_LABEL: "2026120-101500-a1b2c3"}, {}, False),
+        ({RUN_ID_LABEL: "20261204-101500-A1B2C3"}, {}, False),
+        ({RUN_ID_LABEL: "\x1b]0;pwned\x07"}, {}, False),
     ],
 )
 def test_ours_only_by_own_run_id(
@@ -143,15 +150,15 @@ def test_lookups_filter_on_run_id_not_the_inheritable_managed_label() -> None:
 
 
 def test_leftover_of_another_run_is_not_touched() -> None:
-    other = container("gl-p-1", {RUN_ID_LABEL: "other-run"})
+    other = container("gl-p-1", {RUN_ID_LABEL: R2})
     engine = fake_engine([other], {"img": {}})
-    assert engine.find_leftover("gl-p-1", "my-run") is None
-    assert engine.find_leftover("gl-p-1", "other-run") is other
+    assert engine.find_leftover("gl-p-1", R1) is None
+    assert engine.find_leftover("gl-p-1", R2) is other
 
 
 def test_image_gone_counts_as_nothing_inherited() -> None:
-    c = container("c", {RUN_ID_LABEL: "r1"}, image="deleted")
-    assert fake_engine([c], {}).run_id_of(c) == "r1"
+    c = container("c", {RUN_ID_LABEL: R1}, image="deleted")
+    assert fake_engine([c], {}).run_id_of(c) == R1
 
 
 # -- run: SCRIPT vs -- COMMAND ------------------------------------------------------------
@@ -300,7 +307,7 @@ def test_ps_off_a_terminal_neither_truncates_nor_wraps(
         SimpleNamespace(
             name=f"{long}-{i}",
             short_id=f"abc{i}",
-            labels={RUN_ID_LABEL: f"r{i}", "io.gpulaunch.project": "p"},
+            labels={RUN_ID_LABEL: f"20261204-10150{i}-a1b2c3", "io.gpulaunch.project": "p"},
             status="running",
             image=SimpleNamespace(tags=["p:gl-123"]),
         )
@@ -314,4 +321,39 @@ def test_ps_off_a_terminal_neither_truncates_nor_wraps(
     assert lines[1].split()[0] == f"{long}-1" and lines[2].split()[0] == f"{long}-2"
     listing = json.loads(hostile.invoke("ps", "--json").stdout)
     assert [r["name"] for r in listing] == [f"{long}-1", f"{long}-2"]
-    assert listing[0]["run_id"] == "r1"
+    assert listing[0]["run_id"] == "20261204-101501-a1b2c3"
+
+
+@pytest.mark.parametrize(
+    "evil",
+    ["\x1b]0;owned\x07", "\x1b[2J\x1b[H", "ok\rFAKE", "\u202eevil", "\x9b31m", "a\x1b[8mhid"],
+)
+def test_ps_and_errors_show_escape_sequences_from_labels_as_text(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch, evil: str
+) -> None:
+    """A label is anyone's text: it must not reach the terminal as a control sequence."""
+    import gpulaunch.cli.jobs as cli
+
+    row = SimpleNamespace(
+        name="gl-p-1",
+        short_id="abc",
+        labels={RUN_ID_LABEL: R1, "io.gpulaunch.project": evil},
+        status=evil,
+        image=SimpleNamespace(tags=[evil]),
+    )
+    monkeypatch.setattr(cli, "_engine", lambda: SimpleNamespace(list_managed=lambda _all: [row]))
+    table = hostile.invoke_unchanged("ps")
+    assert table.code == 0, table.stderr
+    controls = [c for c in table.stdout if c not in "\n" and (ord(c) < 32 or 0x7F <= ord(c) < 0xA0)]
+    assert not controls and "\u202e" not in table.stdout, repr(table.stdout)
+    assert (
+        "\\x1b" in table.stdout
+        or "\\r" in table.stdout
+        or "\\u202e" in table.stdout
+        or ("\\x9b" in table.stdout)
+    )
+    boom = SimpleNamespace(list_managed=lambda _all: (_ for _ in ()).throw(EngineError(evil)))
+    monkeypatch.setattr(cli, "_engine", lambda: boom)
+    err = hostile.invoke_unchanged("ps")
+    assert err.code == 3
+    assert not [c for c in err.stderr if c != "\n" and (ord(c) < 32 or 0x7F <= ord(c) < 0xA0)]

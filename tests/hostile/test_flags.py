@@ -129,8 +129,10 @@ def test_stdout_to_a_full_disk_is_a_clean_error(hostile: Hostile, command: list[
             text=True,
             timeout=60,
         )
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == "gpulaunch: error: cannot write output: No space left on device"
+    assert proc.returncode == 1, proc.stderr  # a full disk is not bad input
+    assert proc.stderr.strip() == (
+        "gpulaunch: error: cannot write output: No space left on device (the disk or quota is full)"
+    )
 
 
 class _FakeDockerError(Exception):
@@ -153,7 +155,11 @@ _FakeDockerError.__module__ = "docker.errors"
             2,
             "/var/run/docker.sock: Permission denied",
         ),
-        (OSError(28, "No space left on device"), 2, "cannot write output: No space left on device"),
+        (
+            OSError(28, "No space left on device"),
+            1,
+            "cannot write output: No space left on device (the disk or quota is full)",
+        ),
     ],
 )
 def test_outside_errors_map_to_one_line(

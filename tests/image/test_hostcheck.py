@@ -229,7 +229,77 @@ def test_a_remote_engine_is_not_validated(
     _project(in_tmp)
     code, out, err = _dry(runner, "--gpus", "8")
     assert code == 0, err
-    assert "# gpus: not validated: the engine is remote (DOCKER_HOST=tcp://127.0.0.1:2375)" in out
+    assert "# gpus: not validated: the engine is remote (tcp://127.0.0.1:2375)" in out
+
+
+def _docker_context(folder: Path, name: str, host: str | None) -> Path:
+    """A docker config folder whose current context is `name` (endpoint `host`; None: its
+    meta file is missing, as after a half-removed context)."""
+    import hashlib
+
+    config = folder / "docker-config"
+    meta = config / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
+    meta.mkdir(parents=True)
+    (config / "config.json").write_text(json.dumps({"currentContext": name}))
+    if host is not None:
+        doc = {"Name": name, "Endpoints": {"docker": {"Host": host}}}
+        (meta / "meta.json").write_text(json.dumps(doc))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("tcp://gpubox:2376", "the engine is remote (tcp://gpubox:2376)"),
+        ("ssh://gpubox", "the engine is remote (ssh://gpubox)"),
+    ],
+)
+def test_a_remote_docker_context_is_not_this_machine(
+    runner: CliRunner,
+    in_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    host: str | None,
+    why: str,
+) -> None:
+    """`run` reads the engine's address as the engine seam does: with no DOCKER_HOST, the
+    docker context. This machine's GPU (a B200 on a driver too old for it, one GPU for
+    --gpus 8) must then neither refuse the run nor validate it."""
+    install(monkeypatch, FakeNvml(gpus(B200), driver="470.82.01"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(_docker_context(tmp_path, "gpubox", host)))
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "8")
+    assert code == 0, err
+    assert f"# gpus: not validated: {why}" in out
+
+
+def test_an_unreadable_docker_context_is_one_line(
+    runner: CliRunner, in_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(B200), driver="470.82.01"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(_docker_context(tmp_path, "gpubox", None)))
+    _project(in_tmp)
+    code, _, err = _dry(runner, "--gpus", "1")
+    assert (code, err) == (
+        3,
+        "gpulaunch: error: docker context 'gpubox': cannot read its endpoint\n",
+    )
+
+
+def test_a_local_docker_context_is_this_machine(
+    runner: CliRunner, in_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, FakeNvml(gpus(H100), driver="550.54.15"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    config = _docker_context(tmp_path, "rootless", "unix:///run/user/1000/docker.sock")
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    _project(in_tmp)
+    code, out, err = _dry(runner, "--gpus", "1")
+    assert code == 0, err
+    assert "# gpus: validated against this host's 1 GPU(s) (nvml)" in out
+    assert _dry(runner, "--gpus", "8")[0] == 2  # one GPU here: 8 is refused
 
 
 def test_probe_reads_the_fake(fake_nvml: FakeNvml) -> None:

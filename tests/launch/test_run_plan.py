@@ -154,7 +154,7 @@ def test_host_mode_exit_code_passes_through(tmp_path: Path) -> None:
         cwd=project,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "VIRTUAL_ENV": sys.prefix},
     )
     assert proc.returncode == 5
     assert "hello" in proc.stdout
