@@ -103,7 +103,7 @@ def test_push_records_the_registry_digest_and_runs_from_it(
 
         exported = gl("export", "k8s", "hello.py", "--gpus", "0", cwd=project)
         assert exported.returncode == 0, exported.describe()
-        assert f"image: {reference}" in exported.stdout
+        assert f'image: "{reference}"' in exported.stdout  # every scalar quoted
     finally:
         for image in docker_client.images.list(name=repository):
             with contextlib.suppress(Exception):
