@@ -3,6 +3,11 @@
 For clusters without Docker, runs already inside a container (a Kubernetes pod, an NGC
 shell), and GPU machines without a container engine. Signals behave as in a container:
 the first SIGINT/SIGTERM/SIGHUP is forwarded as SIGTERM, a second one kills.
+
+With a `tail`, the job's stderr passes through gpulaunch (byte for byte to gpulaunch's own
+stderr, the last 64 KiB kept for the failure explainer): through a pseudo-terminal when that
+stderr is a terminal, so the job still sees one (colours, progress bars), else a pipe. stdin and
+stdout stay the job's own.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from gpulaunch.engine.runspec import RunPlan
 from gpulaunch.errors import ExitCode, RunError
@@ -23,13 +31,66 @@ _SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as S
 }
 
 
-def run_on_host(plan: RunPlan, cwd: Path) -> int:
+def _stderr_fd() -> int | None:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None  # replaced by a stream without a descriptor (a test runner): inherit
+
+
+def _open_err(err_fd: int) -> tuple[int, int]:
+    """(read end for gpulaunch, write end for the job): a pty when stderr is a terminal."""
+    if not os.isatty(err_fd):
+        return os.pipe()
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+    with contextlib.suppress(OSError):
+        size = fcntl.ioctl(err_fd, termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+    return master, slave
+
+
+def _pump(read_fd: int, err_fd: int, tail: Any) -> None:
+    """Copy the job's stderr to ours and into the tail; a failed write (a closed reader)
+    stops the copying, never the reading, so the job is never blocked on a full pipe."""
+    writing = True
+    while True:
+        try:
+            chunk = os.read(read_fd, 65536)
+        except OSError:  # EIO: every writer of the pty is gone
+            return
+        if not chunk:
+            return
+        tail.add(chunk)
+        view = memoryview(chunk)
+        while writing and view:
+            try:
+                view = view[os.write(err_fd, view) :]
+            except OSError:
+                writing = False
+
+
+def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None) -> int:
     env = {**os.environ, **plan.env}
     received: list[int] = []
+    err_fd = _stderr_fd() if tail is not None else None
+    read_fd, write_fd = _open_err(err_fd) if err_fd is not None else (None, None)
     try:
-        proc = subprocess.Popen(plan.command, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            plan.command, env=env, cwd=cwd, start_new_session=True, stderr=write_fd
+        )
     except OSError as err:
+        for fd in (read_fd, write_fd):
+            if fd is not None:
+                os.close(fd)
         raise RunError(f"cannot start {plan.command[0]}: {err.strerror}") from None
+    pump = None
+    if read_fd is not None and write_fd is not None and err_fd is not None:
+        os.close(write_fd)  # the job holds it now: EOF (or EIO) when the job tree is gone
+        pump = threading.Thread(target=_pump, args=(read_fd, err_fd, tail), daemon=True)
+        pump.start()
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -51,3 +112,7 @@ def run_on_host(plan: RunPlan, cwd: Path) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if pump is not None and read_fd is not None:
+            pump.join(timeout=5)  # a daemon left holding stderr must not hold gpulaunch
+            if not pump.is_alive():
+                os.close(read_fd)

@@ -78,11 +78,15 @@ def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) ->
     """`run --no-container`: the same plan as a process tree on this machine."""
     from gpulaunch.engine.host import run_on_host
     from gpulaunch.engine.runspec import shell_line
+    from gpulaunch.engine.supervise import OutputTail
 
     write_run_files(job.plan, job.spec.project)
     io.say(f"running on this host: {shell_line(job.plan.run.command)}")
     _tell(observers, "started", job)
-    job.code = _with_restarts(job, io, lambda: run_on_host(job.plan.run, job.spec.cwd))
+    tail = OutputTail()  # the job's stderr passes through it: the explainer reads its end
+    job.code = _with_restarts(job, io, lambda: run_on_host(job.plan.run, job.spec.cwd, tail))
+    if job.code:
+        job.explanation = _explain(job, tail.text(), job.code)
     _tell(observers, "finished", job)
     return job.code
 
