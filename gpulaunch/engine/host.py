@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,6 @@ _SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as S
     signal.SIGINT: ExitCode.INTERRUPTED,
     signal.SIGTERM: ExitCode.TERMINATED,
 }
-
-
-def _stderr_fd() -> int | None:
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return None  # replaced by a stream without a descriptor (a test runner): inherit
 
 
 def _open_err(err_fd: int) -> tuple[int, int]:
@@ -72,10 +64,11 @@ def _pump(read_fd: int, err_fd: int, tail: Any) -> None:
                 writing = False
 
 
-def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None) -> int:
+def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None, err_fd: int | None = None) -> int:
+    """With `tail` and `err_fd` (gpulaunch's stderr), the job's stderr passes through both."""
     env = {**os.environ, **plan.env}
     received: list[int] = []
-    err_fd = _stderr_fd() if tail is not None else None
+    err_fd = err_fd if tail is not None else None
     read_fd, write_fd = _open_err(err_fd) if err_fd is not None else (None, None)
     try:
         proc = subprocess.Popen(

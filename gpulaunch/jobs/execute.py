@@ -84,7 +84,13 @@ def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) ->
     io.say(f"running on this host: {shell_line(job.plan.run.command)}")
     _tell(observers, "started", job)
     tail = OutputTail()  # the job's stderr passes through it: the explainer reads its end
-    job.code = _with_restarts(job, io, lambda: run_on_host(job.plan.run, job.spec.cwd, tail))
+    try:
+        err_fd: int | None = io.err.fileno()
+    except (AttributeError, OSError, ValueError):
+        err_fd = None  # a stream without a descriptor (a test runner's): the job inherits
+    job.code = _with_restarts(
+        job, io, lambda: run_on_host(job.plan.run, job.spec.cwd, tail, err_fd)
+    )
     if job.code:
         job.explanation = _explain(job, tail.text(), job.code)
     _tell(observers, "finished", job)
