@@ -45,6 +45,19 @@ TtyOpt = Annotated[
 ]
 
 
+# Options `run` and `shell` share (the same flags, the same words).
+GpusOpt = Annotated[
+    str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+]
+ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
+MountOpt = Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")]
+ImageOpt = Annotated[
+    str | None, typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build.")
+]
+RebuildOpt = Annotated[bool, typer.Option(help="Rebuild the image first.")]
+
+
 class _RunCommand(TyperCommand):
     """Keeps what follows the first `--` out of click's parser, verbatim.
 
@@ -69,16 +82,12 @@ def run(
     ] = None,
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
     config: ConfigOpt = None,
-    gpus: Annotated[
-        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
-    ] = None,
+    gpus: GpusOpt = None,
     nproc: Annotated[
         int | None,
         typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
     ] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
-    ] = None,
+    profile: ProfileOpt = None,
     nccl: Annotated[
         str | None,
         typer.Option(help="NCCL preset: auto, nvlink, pcie, ib-gdr, tcp, debug, safe, none."),
@@ -99,10 +108,8 @@ def run(
             help="PYTORCH_ALLOC_CONF=expandable_segments:True (less fragmentation).",
         ),
     ] = None,
-    env: Annotated[
-        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
-    ] = None,
-    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    env: EnvOpt = None,
+    mount: MountOpt = None,
     network: NetworkOpt = None,
     no_container: Annotated[
         bool,
@@ -125,12 +132,9 @@ def run(
         str | None,
         typer.Option(help="This node's address in the rendezvous (torchrun; default: its FQDN)."),
     ] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build."),
-    ] = None,
+    image: ImageOpt = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start and return.")] = False,
-    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    rebuild: RebuildOpt = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan and docker commands; no daemon.")
     ] = False,
@@ -438,22 +442,13 @@ DEFAULT_SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash
 def shell(
     ctx: typer.Context,
     config: ConfigOpt = None,
-    gpus: Annotated[
-        str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
-    ] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
-    ] = None,
-    env: Annotated[
-        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
-    ] = None,
-    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    gpus: GpusOpt = None,
+    profile: ProfileOpt = None,
+    env: EnvOpt = None,
+    mount: MountOpt = None,
     network: NetworkOpt = None,
-    image: Annotated[
-        str | None,
-        typer.Option(help="Use this pushed image (REGISTRY/NAME@sha256:...); no build."),
-    ] = None,
-    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    image: ImageOpt = None,
+    rebuild: RebuildOpt = False,
     sets: SetOpt = None,
     interactive: InteractiveOpt = None,
     tty: TtyOpt = None,
