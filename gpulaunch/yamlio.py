@@ -135,6 +135,14 @@ def packaged_copy(text: str, source: str) -> tuple[bool, Any]:
     return True, doc["data"]
 
 
+def read_packaged(name: str) -> Any:
+    """gpulaunch/data/NAME as plain data (its JSON copy when current); ConfigError names it."""
+    from importlib import resources
+
+    text = resources.files("gpulaunch").joinpath("data", name).read_text("utf-8")
+    return parse_yaml_text(text, PACKAGED + name)
+
+
 def parse_yaml_text(text: str, source: str, packaged: str | None = None) -> Any:
     """Parse YAML text into plain data; every failure is a ConfigError naming `source`.
     gpulaunch's own data files (a `source` under gpulaunch/data/, or `packaged`: the file's

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from gpulaunch.errors import CatalogError, ConfigError
@@ -107,11 +106,10 @@ def _alt_floor(alt: tuple[Condition, ...]) -> str | None:
 
 @functools.cache
 def _data() -> dict[str, Any]:
-    from gpulaunch.yamlio import parse_yaml_text
+    from gpulaunch.yamlio import read_packaged
 
-    text = resources.files("gpulaunch").joinpath("data", "driver_rules.yaml").read_text("utf-8")
     try:
-        raw = parse_yaml_text(text, "gpulaunch/data/driver_rules.yaml")
+        raw = read_packaged("driver_rules.yaml")
     except ConfigError as err:
         raise CatalogError(f"driver rules: {err.message}") from None
     if not isinstance(raw, dict):

@@ -18,7 +18,6 @@ import os
 import re
 from collections.abc import Callable
 from datetime import date
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -101,11 +100,10 @@ def fingerprint(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
 
 def packaged_raw() -> Any:
     """gpulaunch/data/catalog.yaml as plain data (unvalidated)."""
-    from gpulaunch.yamlio import parse_yaml_text
+    from gpulaunch.yamlio import read_packaged
 
-    text = resources.files("gpulaunch").joinpath("data", "catalog.yaml").read_text("utf-8")
     try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
-        return parse_yaml_text(text, "gpulaunch/data/catalog.yaml")
+        return read_packaged("catalog.yaml")
     except ConfigError as err:
         raise CatalogError(f"catalog: {err.message}") from None
 

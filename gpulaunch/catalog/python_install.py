@@ -9,7 +9,6 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from datetime import date
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,11 +43,10 @@ def _bad(where: str, why: str) -> CatalogError:
 
 @functools.cache
 def _data() -> dict[str, Any]:
-    from gpulaunch.yamlio import parse_yaml_text
+    from gpulaunch.yamlio import read_packaged
 
-    text = resources.files("gpulaunch").joinpath("data", "python_install.yaml").read_text("utf-8")
     try:
-        raw = parse_yaml_text(text, DATA)
+        raw = read_packaged("python_install.yaml")
     except ConfigError as err:
         raise CatalogError(err.message) from None
     if not isinstance(raw, dict):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.project.model import Project
@@ -18,10 +17,9 @@ class Need:
 
 
 def _table() -> dict[str, object]:
-    from gpulaunch.yamlio import parse_yaml_text
+    from gpulaunch.yamlio import read_packaged
 
-    text = resources.files("gpulaunch").joinpath("data", DATA).read_text("utf-8")
-    data = parse_yaml_text(text, f"gpulaunch/data/{DATA}")
+    data = read_packaged(DATA)
     if not isinstance(data, dict):
         raise ConfigError(f"gpulaunch/data/{DATA}: not a mapping")
     return data

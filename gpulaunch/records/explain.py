@@ -13,7 +13,6 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +83,10 @@ class Evidence:
 
 @functools.cache
 def _data() -> dict[str, Any]:
-    from gpulaunch.yamlio import parse_yaml_text
+    from gpulaunch.yamlio import read_packaged
 
-    text = resources.files("gpulaunch").joinpath("data", "failures.yaml").read_text("utf-8")
     try:
-        raw = parse_yaml_text(text, DATA_FILE)
+        raw = read_packaged("failures.yaml")
     except ConfigError as err:
         raise CatalogError(f"failure signatures: {err.message}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("module_packages", {}), dict):
