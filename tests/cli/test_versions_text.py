@@ -80,3 +80,27 @@ def test_a_terminal_gets_the_rich_table(tmp_path: Path) -> None:
     os.close(main)
     shown = b"".join(chunks).decode()
     assert "┃ torch" in shown and "│ 2.4.1 │ cu121" in shown
+
+
+def test_piped_versions_loads_no_rich_yaml_or_pydantic(tmp_path: Path) -> None:
+    """The plain writer and the catalog's JSON copy: nothing heavy for a piped `versions`."""
+    script = (
+        "import sys\n"
+        "sys.argv = ['gpulaunch', 'versions']\n"
+        "from gpulaunch.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('rich', 'yaml', 'pydantic', 'jinja2', 'docker')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "GPULAUNCH_NO_STALE_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.stdout.startswith("PyTorch wheels x CUDA images"), proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == "[]"
