@@ -9,6 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -64,8 +65,7 @@ _SIMPLE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Parsed:
+class Parsed(NamedTuple):
     """What gpulaunch keeps of one PEP 508 requirement (packaging's names for the parts)."""
 
     name: str  # canonical
@@ -89,11 +89,12 @@ def _quick(found: re.Match[str]) -> Parsed | None:
     name = canonicalize_name(found["name"])
     if name in TORCH_FAMILY:
         return None  # the lines that decide the image: always packaging's answer
-    specs = [s.replace(" ", "").replace("\t", "") for s in (found["spec"] or "").split(",") if s]
-    ops = [s[:2] if s[1] == "=" else s[:1] for s in specs]
-    if len(set(ops)) != len(ops):
-        return None  # packaging drops a duplicate (`>=1,>=1.0`): let it
-    spec = ",".join(sorted(specs))
+    spec = (found["spec"] or "").replace(" ", "").replace("\t", "")
+    if "," in spec:
+        specs = spec.split(",")
+        if len({s[:2] if s[1] == "=" else s[:1] for s in specs}) != len(specs):
+            return None  # packaging drops a duplicate (`>=1,>=1.0`): let it
+        spec = ",".join(sorted(specs))
     extras = found["extras"]
     shown = ",".join(sorted({e.strip(" \t") for e in extras.split(",")})) if extras else ""
     text = found["name"] + (f"[{shown}]" if shown else "") + spec
@@ -138,13 +139,16 @@ def logical_lines(text: str) -> list[Line]:
     return out
 
 
+_COMMENT = re.compile("[ \t]#")
+
+
 def _strip_comment(line: str) -> str:
+    if "#" not in line:
+        return line
     if line.lstrip().startswith("#"):
         return ""
-    for i, char in enumerate(line):
-        if char == "#" and i > 0 and line[i - 1] in " \t":
-            return line[:i]
-    return line
+    found = _COMMENT.search(line)  # the first `#` after a space or tab
+    return line[: found.start() + 1] if found else line
 
 
 def _split_options(text: str) -> tuple[str, list[str]]:
@@ -314,6 +318,8 @@ _ENV_USERINFO = re.compile(r"://\$\{[A-Z0-9_]+\}(?::\$\{[A-Z0-9_]+\})?@")
 def refuse_credential(text: str, where: str, project: Project) -> None:
     """A URL with a credential (an index line, a direct URL): the file that holds it is copied
     into the image with the project, so `render`/`build` refuse it (init warns)."""
+    if "@" not in text:
+        return  # no userinfo without an `@` (the common line: no import, no regex)
     from gpulaunch.masking import has_userinfo, mask
 
     if has_userinfo(_ENV_USERINFO.sub("://", text)):

@@ -191,3 +191,36 @@ def test_big_requirements_file_reads_the_same_as_packaging(tmp_path: Path) -> No
             want.specifier,
             want.url,
         )
+
+
+def _strip_comment_by_char(line: str) -> str:
+    """pip's comment rule, one character at a time (the reader's former code)."""
+    if line.lstrip().startswith("#"):
+        return ""
+    for i, char in enumerate(line):
+        if char == "#" and i > 0 and line[i - 1] in " \t":
+            return line[:i]
+    return line
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet="a#  \t=@:/-\u00a0", max_size=12))
+def test_comment_rule_is_pips(line: str) -> None:
+    assert requirements._strip_comment(line) == _strip_comment_by_char(line)
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("pkg @ https://user:pw@host/x.whl", True),
+        ("--extra-index-url https://tok@host/simple", True),
+        ("pkg @ https://${USER}:${TOKEN}@host/x.whl", False),
+        ("pkg>=1", False),
+        ("pkg @ https://host/x.whl", False),
+    ],
+)
+def test_credential_check_passes_lines_without_an_at_sign_only(text: str, refused: bool) -> None:
+    """The quick pass for lines without `@` never hides a credential."""
+    project = Project()
+    requirements.refuse_credential(text, "r.txt:1", project)
+    assert bool(project.invalid) == refused
