@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -101,8 +100,7 @@ def _quick(found: re.Match[str]) -> Parsed | None:
     return Parsed(name, text, spec, None)
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
     first: int  # physical line numbers, 1-based, inclusive
     last: int
     text: str
@@ -123,6 +121,11 @@ def logical_lines(text: str) -> list[Line]:
     start = 0
     for number, raw in enumerate(text.splitlines(), 1):
         if not buf:
+            if not raw.endswith("\\"):  # the common line: no continuation to join
+                joined = _strip_comment(raw).strip()
+                if joined:
+                    out.append(Line(number, number, joined))
+                continue
             start = number
         if raw.endswith("\\"):
             buf.append(raw[:-1])

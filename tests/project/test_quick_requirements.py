@@ -224,3 +224,33 @@ def test_credential_check_passes_lines_without_an_at_sign_only(text: str, refuse
     project = Project()
     requirements.refuse_credential(text, "r.txt:1", project)
     assert bool(project.invalid) == refused
+
+
+def _logical_lines_joined_each_time(text: str) -> list[tuple[int, int, str]]:
+    """pip's continuation rule as the reader first wrote it (every line through the join)."""
+    out: list[tuple[int, int, str]] = []
+    buf: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not buf:
+            start = number
+        if raw.endswith("\\"):
+            buf.append(raw[:-1])
+            continue
+        buf.append(raw)
+        joined = _strip_comment_by_char(" ".join(buf)).strip()
+        buf = []
+        if joined:
+            out.append((start, number, joined))
+    if buf:
+        joined = _strip_comment_by_char(" ".join(buf)).strip()
+        if joined:
+            out.append((start, start + len(buf) - 1, joined))
+    return out
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet="a# \t\\\n\r-", max_size=30))
+def test_continuation_rule_is_pips(text: str) -> None:
+    got = [tuple(line) for line in requirements.logical_lines(text)]
+    assert got == _logical_lines_joined_each_time(text)
