@@ -1,6 +1,7 @@
 """pip requirements files, read the way pip reads them (pip's own line rules), with
-`packaging` parsing each requirement: `-r`/`-c` includes relative to the including file,
+`packaging`'s answer for each requirement: `-r`/`-c` includes relative to the including file,
 index options, `--hash` continuations, direct URLs, local and editable installs, a BOM.
+Plain lines (`name[extras]>=1,<2`, not torch's) take a quick rule equal to packaging's.
 """
 
 from __future__ import annotations
