@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_from_info, get_command_name, get_group_from_info
 
 from gpulaunch import __version__
@@ -217,6 +217,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+# Where `_RunCommand` keeps the words after `--` (ctx.meta): run, shell, smoke and rerun.
+AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+
+class _RunCommand(TyperCommand):
+    """Keeps what follows the first `--` out of click's parser, verbatim.
+
+    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
+    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

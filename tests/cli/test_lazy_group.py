@@ -27,7 +27,7 @@ TOPICS = ("ci", "cluster", "image", "jobs", "profiles", "records")
 REGISTERED = """
 import json, typer.main
 from gpulaunch.cli import app
-from gpulaunch.cli import ci, cluster, image, jobs, profiles, records  # the order cli/ always had
+from gpulaunch.cli import image, jobs, ci, cluster, profiles, records  # the order typer listed
 found = []
 for info in app.registered_commands:
     name = info.name or typer.main.get_command_name(info.callback.__name__)
@@ -43,7 +43,8 @@ print(json.dumps(found))
 
 
 def test_table_names_every_command_in_typers_order_with_its_module() -> None:
-    """In the order typer listed them when gpulaunch.cli imported every module up front."""
+    """In the order typer listed them when gpulaunch.cli imported every module up front (then
+    image, jobs, ci, cluster, profiles, records); each from the module COMMANDS names."""
     proc = subprocess.run(
         [sys.executable, "-c", REGISTERED], capture_output=True, text=True, check=True, timeout=120
     )
