@@ -169,11 +169,14 @@ def test_top_level_help_builds_no_command_and_skips_rich_utils() -> None:
         (["profiles", "--help"], "gpulaunch.cli.profiles"),
         (["schema"], "gpulaunch.cli.image"),
         (["export", "k8s", "--help"], "gpulaunch.cli.cluster"),
+        (["history", "--help"], "gpulaunch.cli.records"),
+        (["rerun", "--help"], "gpulaunch.cli.records"),
+        (["doctor", "--help"], "gpulaunch.cli.ci gpulaunch.cli.image"),
     ],
 )
 def test_a_command_imports_only_its_module(argv: list[str], module: str) -> None:
     cli = [m for m in _loaded(*argv) if m.startswith("gpulaunch.cli.")]
-    assert cli == sorted(["gpulaunch.cli.app", module])
+    assert cli == sorted(["gpulaunch.cli.app", *module.split()])
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
