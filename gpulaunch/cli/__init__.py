@@ -65,6 +65,7 @@ def _plain(group: Any, ctx: Any, params: list[Any]) -> bool:
             and not (p.secondary_opts or p.required or extra(p))
             and not getattr(p, "rich_help_panel", None)
             and not p._get_number_range_help_str()
+            and callable(p.display_type_rich)
             for p in params
         )
     )
@@ -74,7 +75,10 @@ def root_help(group: Any, ctx: Any) -> bool:
     """typer.rich_utils.rich_format_help for the root group, its commands from COMMANDS; False
     (nothing printed) when the group uses what this copy leaves out (see `_plain`)."""
     params = [p for p in group.get_params(ctx) if not getattr(p, "hidden", False)]
-    if not _plain(group, ctx, params):
+    try:
+        if not _plain(group, ctx, params):
+            return False
+    except AttributeError:  # a typer whose parameters differ from 0.29's: its own renderer
         return False
     from rich.align import Align
     from rich.columns import Columns
