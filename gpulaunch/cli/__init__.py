@@ -38,8 +38,9 @@ _THEME = {
 
 
 def _plain(group: Any, ctx: Any, params: list[Any]) -> bool:
-    """Whether root_help prints this group's help exactly as typer would: options in one panel,
-    no arguments, shown defaults, ranges, env vars, negative flags, epilog or ANSI text."""
+    """Whether root_help prints this group's help exactly as typer would: rich markup, options
+    in one panel, no arguments, shown defaults, ranges, env vars, negative flags, epilog or
+    ANSI text."""
     from typer.core import TyperOption
 
     def extra(p: Any) -> bool:  # typer.rich_utils._get_parameter_help's default / env var
@@ -57,7 +58,8 @@ def _plain(group: Any, ctx: Any, params: list[Any]) -> bool:
 
     texts = [group.help or "", *(p.help or "" for p in params)]
     return (
-        not group.deprecated
+        group.rich_markup_mode == "rich"
+        and not group.deprecated
         and not group.epilog
         and not any("\033[" in text for text in texts)
         and all(
