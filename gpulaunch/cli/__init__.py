@@ -1,30 +1,147 @@
-"""The command line: the typer app (`app.py`: error mapping, shared options, the table of
-commands) and the commands grouped by topic (`image.py`: init / render / versions / schema /
-build / catalog update; `jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor;
-`records.py`: history / rerun / explain; `cluster.py`: export / submit; `profiles.py`).
-Views (`views.py`) turn results into rich tables.
+"""The command line: the typer app (`app.py`: error mapping, shared options) and the commands
+grouped by topic (`image.py`: init / render / versions / schema / build / catalog update;
+`jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor; `records.py`: history /
+rerun / explain; `cluster.py`: export / submit; `profiles.py`). Views (`views.py`) turn
+results into rich tables. This file is the index of the root's commands.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
 one core function from `image`, `launch` or `engine`, and prints; every domain error is
 mapped to its exit code in `app.handle_errors`. A new command goes into the module of its
-topic (or a new one beside them) and gets a row in `app.COMMANDS`, which names the module
-that registers it: only the module of the command being run is imported.
+topic (or a new one beside them) and gets a row in `COMMANDS` below, which names the module
+that registers it: only the module of the command being run is imported (`LazyCommands`).
 
-`root_help` prints `gpulaunch --help` as typer's rich help does, from `app.COMMANDS` and
-with rich's console, table and panel only: typer.rich_utils would also import rich's
-markdown, syntax, traceback and pretty modules (tests/cli/test_lazy_group.py compares the
-two outputs).
+`root_help` prints `gpulaunch --help` as typer's rich help does, from `COMMANDS` and with
+rich's console, table and panel only: typer.rich_utils would also import rich's markdown,
+syntax, traceback and pretty modules (tests/cli/test_lazy_group.py compares the two outputs).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, ClassVar
 
-from gpulaunch.cli.app import COMMANDS, app, main
+from typer.main import get_command_from_info, get_command_name, get_group_from_info
 
-__all__ = ["app", "main", "root_help"]
+from gpulaunch.cli.app import app, main
+
+__all__ = ["COMMANDS", "LazyCommands", "app", "main", "root_help"]
+
+# The root's commands: name -> (the cli module that registers it, its help's first paragraph).
+# Only the command being run is imported and built (`LazyCommands`); `gpulaunch --help` prints
+# these lines (root_help). tests/cli/test_lazy_group.py keeps this table equal to the commands
+# the modules register, in typer's order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("image", "Write a validated gpulaunch.yaml (and a .dockerignore) for a project."),
+    "render": ("image", "Print the Dockerfile for gpulaunch.yaml."),
+    "versions": ("image", "Show the catalog: valid torch / CUDA / Python / driver combinations."),
+    "schema": ("image", "Print the JSON Schema of gpulaunch.yaml (for editors)."),
+    "build": (
+        "image",
+        "Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists.",
+    ),
+    "run": (
+        "jobs",
+        "Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.",
+    ),
+    "ps": ("jobs", "List containers started by `gpulaunch run` (by their run-id label)."),
+    "logs": ("jobs", "Show the output of a gpulaunch container."),
+    "stop": (
+        "jobs",
+        "Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container.",
+    ),
+    "shell": (
+        "jobs",
+        "Open a shell in the project's image, with `run`'s mounts, GPUs and env (no torchrun).",
+    ),
+    "smoke": (
+        "ci",
+        "Build if needed and run the job briefly for CI: GPULAUNCH_SMOKE=1 and\n"
+        "GPULAUNCH_SMOKE_STEPS=N in its environment, a timeout, JUnit XML, a GitHub step summary.",
+    ),
+    "doctor": (
+        "ci",
+        "Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,\n"
+        "shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.",
+    ),
+    "history": (
+        "records",
+        "The project's runs (.gpulaunch/runs/): command, image, GPUs, exit, GPU-hours, cost.",
+    ),
+    "rerun": (
+        "records",
+        "Run a recorded run again: same command, flags and profile, on the same image id.",
+    ),
+    "explain": (
+        "records",
+        "Why a run failed: its output matched against known failures (cause and fix).",
+    ),
+    "catalog": ("image", "The version catalog: refresh it from PyPI into a user overlay."),
+    "export": (
+        "cluster",
+        "Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
+    ),
+    "submit": ("cluster", "Export and hand the job to the cluster (kubectl apply, sbatch)."),
+    "profiles": (
+        "profiles",
+        "Launch profiles: list them, or show one resolved with the source of each value.",
+    ),
+}
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The root group's `commands`: every name of COMMANDS, each command imported and built by
+    typer the first time it is asked for, so a command pays for itself only (typer builds every
+    command's parameters up front). Everything click and typer do with `commands` (resolve,
+    suggest a close name, complete, list) works on it unchanged."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            command = _build(name)
+            if command is None:
+                raise KeyError(name)
+            self._built[name] = command
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("the root's commands are fixed by COMMANDS")
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._built]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*COMMANDS, *self._built]))
+
+
+def _build(name: str) -> Any:
+    """The click command `name` as typer's own group build makes it (None: not a command)."""
+    if name not in COMMANDS:
+        return None
+    importlib.import_module(f"gpulaunch.cli.{COMMANDS[name][0]}")
+    short, mode = app.pretty_exceptions_short, app.rich_markup_mode
+    for info in app.registered_commands:
+        if info.callback and (info.name or get_command_name(info.callback.__name__)) == name:
+            return get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=mode)
+    for group in app.registered_groups:
+        if group.name == name:
+            suggest = getattr(app, "suggest_commands", None)  # typer >= 0.16
+            extra = {} if suggest is None else {"suggest_commands": suggest}
+            return get_group_from_info(
+                group, pretty_exceptions_short=short, rich_markup_mode=mode, **extra
+            )
+    return None
+
 
 _THEME = {
     "option": "bold cyan",

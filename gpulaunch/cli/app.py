@@ -15,142 +15,28 @@ import sys
 import traceback
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
-from typer.main import get_command_from_info, get_command_name, get_group_from_info
 
 from gpulaunch import __version__
 from gpulaunch.errors import ExitCode, GpulaunchError
-
-# The root's commands: name -> (the cli module that registers it, its help's first paragraph).
-# Only the command being run is imported and built (`_Commands`); `gpulaunch --help` prints
-# these lines (gpulaunch/cli/__init__.py: root_help). tests/cli/test_lazy_group.py keeps this
-# table equal to the commands the modules register, in typer's order.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "init": ("image", "Write a validated gpulaunch.yaml (and a .dockerignore) for a project."),
-    "render": ("image", "Print the Dockerfile for gpulaunch.yaml."),
-    "versions": ("image", "Show the catalog: valid torch / CUDA / Python / driver combinations."),
-    "schema": ("image", "Print the JSON Schema of gpulaunch.yaml (for editors)."),
-    "build": (
-        "image",
-        "Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists.",
-    ),
-    "run": (
-        "jobs",
-        "Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.",
-    ),
-    "ps": ("jobs", "List containers started by `gpulaunch run` (by their run-id label)."),
-    "logs": ("jobs", "Show the output of a gpulaunch container."),
-    "stop": (
-        "jobs",
-        "Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container.",
-    ),
-    "shell": (
-        "jobs",
-        "Open a shell in the project's image, with `run`'s mounts, GPUs and env (no torchrun).",
-    ),
-    "smoke": (
-        "ci",
-        "Build if needed and run the job briefly for CI: GPULAUNCH_SMOKE=1 and\n"
-        "GPULAUNCH_SMOKE_STEPS=N in its environment, a timeout, JUnit XML, a GitHub step summary.",
-    ),
-    "doctor": (
-        "ci",
-        "Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,\n"
-        "shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.",
-    ),
-    "history": (
-        "records",
-        "The project's runs (.gpulaunch/runs/): command, image, GPUs, exit, GPU-hours, cost.",
-    ),
-    "rerun": (
-        "records",
-        "Run a recorded run again: same command, flags and profile, on the same image id.",
-    ),
-    "explain": (
-        "records",
-        "Why a run failed: its output matched against known failures (cause and fix).",
-    ),
-    "catalog": ("image", "The version catalog: refresh it from PyPI into a user overlay."),
-    "export": (
-        "cluster",
-        "Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
-    ),
-    "submit": ("cluster", "Export and hand the job to the cluster (kubectl apply, sbatch)."),
-    "profiles": (
-        "profiles",
-        "Launch profiles: list them, or show one resolved with the source of each value.",
-    ),
-}
-
-
-class _Commands(MutableMapping[str, Any]):
-    """The root group's `commands`: every name of COMMANDS, each command imported and built by
-    typer the first time it is asked for, so a command pays for itself only (typer builds every
-    command's parameters up front). Everything click and typer do with `commands` (resolve,
-    suggest a close name, complete, list) works on it unchanged."""
-
-    def __init__(self, built: Mapping[str, Any]) -> None:
-        self._built = dict(built)
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._built:
-            command = _build(name)
-            if command is None:
-                raise KeyError(name)
-            self._built[name] = command
-        return self._built[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._built[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        raise TypeError("the root's commands are fixed by COMMANDS")
-
-    def __contains__(self, name: object) -> bool:
-        return name in COMMANDS or name in self._built
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*COMMANDS, *self._built]))
-
-    def __len__(self) -> int:
-        return len(dict.fromkeys([*COMMANDS, *self._built]))
-
-
-def _build(name: str) -> Any:
-    """The click command `name` as typer's own group build makes it (None: not a command)."""
-    if name not in COMMANDS:
-        return None
-    import importlib
-
-    importlib.import_module(f"gpulaunch.cli.{COMMANDS[name][0]}")
-    short, mode = app.pretty_exceptions_short, app.rich_markup_mode
-    for info in app.registered_commands:
-        if info.callback and (info.name or get_command_name(info.callback.__name__)) == name:
-            return get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=mode)
-    for group in app.registered_groups:
-        if group.name == name:
-            suggest = getattr(app, "suggest_commands", None)  # typer >= 0.16
-            extra = {} if suggest is None else {"suggest_commands": suggest}
-            return get_group_from_info(
-                group, pretty_exceptions_short=short, rich_markup_mode=mode, **extra
-            )
-    return None
 
 
 class _Group(TyperGroup):
     """Usage errors (bad flag values, missing arguments) as one `gpulaunch: error:` line with
     exit 2, like every other bad input, instead of click's multi-line box. Commands are built
-    on demand (`_Commands`); the top-level help is printed from COMMANDS."""
+    on demand and the top-level help is printed from a table (gpulaunch/cli/__init__.py)."""
 
     def __init__(self, **attrs: Any) -> None:
+        from gpulaunch.cli import LazyCommands
+
         super().__init__(**attrs)
-        self.commands = _Commands(self.commands)
+        self.commands = LazyCommands(self.commands)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         from gpulaunch.cli import root_help

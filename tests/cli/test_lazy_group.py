@@ -1,4 +1,4 @@
-"""The root group builds only the command being run (gpulaunch.cli.app: COMMANDS, _Commands)
+"""The root group builds only the command being run (gpulaunch.cli: COMMANDS, LazyCommands)
 and prints `gpulaunch --help` from the COMMANDS table without typer.rich_utils
 (gpulaunch.cli.root_help). The table must equal what the cli modules register, and the
 fast help must equal typer's own rendering of the fully built group, byte for byte."""
@@ -18,8 +18,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from gpulaunch.cli import app
-from gpulaunch.cli.app import COMMANDS
+from gpulaunch.cli import COMMANDS, app
 
 TOPICS = ("ci", "cluster", "image", "jobs", "profiles", "records")
 
