@@ -26,6 +26,7 @@ from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
 from gpulaunch.engine.context import Entry, effective_rules, hash_entries, parse_rules, scan
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
+from gpulaunch.engine.replies import remember_probes
 from gpulaunch.errors import BuildError, ConfigError
 from gpulaunch.fsio import open_stream
 from gpulaunch.masking import mask
@@ -267,6 +268,7 @@ def run_build(
             engine.tag(hit.tag, f"{config.name}:latest")
             return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
     builder: Builder = opts.builder or engine.builder_kind()
+    remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
 
@@ -309,6 +311,7 @@ def run_build(
             ) from err
     if previous is not None:
         engine.remove_if_dangling(previous)
+    remember_probes()  # --builder buildkit probes only when the build starts
     remember()
     return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)
 
