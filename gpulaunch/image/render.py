@@ -27,7 +27,6 @@ from gpulaunch.image.request import image_request as image_request  # its old ho
 from gpulaunch.image.request import summarize as summarize
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project import layout
-from gpulaunch.project.pyproject import strict_dependencies
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -380,6 +379,8 @@ def _dependencies(
     if not entry_path.is_file():
         raise ConfigError(f"image.requirements: {entry!r} not found in the project")
     if Path(entry).name == "pyproject.toml":
+        from gpulaunch.project.pyproject import strict_dependencies
+
         strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
         model = read_project(project_dir, entry, archs is not None, reuse=known)
