@@ -1,6 +1,6 @@
-"""The docker CLI probe's saved answer through the CLI: `render` and `run --dry-run` read it
-and print what they print without it, and never write it; a build writes it; a docker client
-replaced after that is probed again."""
+"""The docker CLI probe's saved answer through the CLI: `run --dry-run` and `build --dry-run`
+read it and print what they print without it, and never write it; `render` and a build write
+it; a docker client replaced after that is probed again."""
 
 from __future__ import annotations
 
@@ -63,43 +63,47 @@ def _same_run_id(text: str) -> str:
     return RUN_ID_RE.sub("RUN-ID", text)  # each run --dry-run names a new one
 
 
-COMMANDS = [("run", "--dry-run", "train.py"), ("build", "--dry-run"), ("render",)]
+DRY_RUNS = [("run", "--dry-run", "train.py"), ("build", "--dry-run")]
+COMMANDS = [*DRY_RUNS, ("render",)]
 
 
-def test_render_and_dry_runs_read_the_answer_a_build_saved(
+def _invoke(hostile: Hostile, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> str:
+    _new_process(monkeypatch)
+    outcome = hostile.invoke_unchanged(*args)
+    assert outcome.code == 0, outcome.stderr
+    return _same_run_id(outcome.stdout)
+
+
+def test_dry_runs_never_save_the_answer_render_and_builds_do_and_all_read_it(
     hostile: Hostile, client: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpulaunch.config import load_config
     from gpulaunch.image.build import BuildOptions, run_build
 
-    cold = []
-    for args in COMMANDS:
-        _new_process(monkeypatch)
-        outcome = hostile.invoke_unchanged(*args)
-        assert outcome.code == 0, outcome.stderr
-        cold.append(_same_run_id(outcome.stdout))
-    assert _calls(client) == 2 * len(COMMANDS)  # each probed: no answer was saved
+    cold = [_invoke(hostile, monkeypatch, args) for args in DRY_RUNS]
+    assert _calls(client) == 2 * len(DRY_RUNS)  # each probed: no answer was saved
     assert not cache_dir().exists()  # and none saved one
-    assert "# Builder: buildkit." in cold[2]
-
-    _new_process(monkeypatch)
-    cfg = load_config(hostile.project / "gpulaunch.yaml")
-    run_build(cfg, hostile.project, _BuildOnly(), BuildOptions())
+    cold.append(_invoke(hostile, monkeypatch, ("render",)))
+    assert "# Builder: buildkit." in cold[-1]
     saved = cache_dir() / replies.PROBE_FILE
-    assert saved.is_file()
+    assert saved.is_file()  # render is no dry run: it saves what it probed
     before = (saved.read_bytes(), saved.stat().st_mtime_ns)
     probes = _calls(client)
 
-    for args, expected in zip(COMMANDS, cold, strict=True):
-        _new_process(monkeypatch)
-        outcome = hostile.invoke_unchanged(*args)
-        assert outcome.code == 0, outcome.stderr
-        assert _same_run_id(outcome.stdout) == expected  # the same Dockerfile, tag and docker lines
+    warm = [_invoke(hostile, monkeypatch, args) for args in COMMANDS]
+    assert warm == cold  # the same Dockerfile, tag and docker lines
     assert _calls(client) == probes  # no probe: the saved answer
-    assert (saved.read_bytes(), saved.stat().st_mtime_ns) == before  # and never written
+    assert (saved.read_bytes(), saved.stat().st_mtime_ns) == before  # and nothing written
+
+    saved.unlink()
+    _new_process(monkeypatch)
+    cfg = load_config(hostile.project / "gpulaunch.yaml")
+    run_build(cfg, hostile.project, _BuildOnly(), BuildOptions())
+    assert saved.is_file()  # a build saves it too
+    assert _invoke(hostile, monkeypatch, DRY_RUNS[1]) == cold[1]
+    assert _calls(client) == probes + 2
 
     _fake_docker(hostile.outside / "bin", client, "28.2.2", buildx=True)  # client replaced
-    _new_process(monkeypatch)
-    outcome = hostile.invoke_unchanged("build", "--dry-run")
-    assert _calls(client) == probes + 1  # probed again: `buildx version` answers
-    assert "buildx build" in outcome.stdout and "DOCKER_BUILDKIT=1 " not in outcome.stdout
+    text = _invoke(hostile, monkeypatch, ("build", "--dry-run"))
+    assert _calls(client) == probes + 3  # probed again: `buildx version` answers
+    assert "buildx build" in text and "DOCKER_BUILDKIT=1 " not in text
