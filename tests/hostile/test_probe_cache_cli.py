@@ -107,3 +107,25 @@ def test_dry_runs_never_save_the_answer_render_and_builds_do_and_all_read_it(
     text = _invoke(hostile, monkeypatch, ("build", "--dry-run"))
     assert _calls(client) == probes + 3  # probed again: `buildx version` answers
     assert "buildx build" in text and "DOCKER_BUILDKIT=1 " not in text
+
+
+def test_the_real_docker_client_answer_is_saved_and_read_back(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine's own docker binaries (PATH as the tests run): their identity is stable
+    across processes, so the second render reads what the first saved."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/gpulaunch-probe-cache.sock")
+    cache_dir().parent.mkdir()
+    probes: list[object] = []
+    probe = replies._probe
+
+    def counting(*args: object) -> object:
+        probes.append(args)
+        return probe(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replies, "_probe", counting)
+    first = _invoke(hostile, monkeypatch, ("render",))
+    assert len(probes) == 1
+    assert _invoke(hostile, monkeypatch, ("render",)) == first
+    assert _invoke(hostile, monkeypatch, ("run", "--dry-run", "train.py"))
+    assert len(probes) == 1
