@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -230,8 +231,7 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
     config = Path(env.get("DOCKER_CONFIG") or Path(home) / ".docker")
     extra: list[str] = []  # a config that cannot be read or parsed names none
     with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
-        raw = (config / "config.json").read_bytes()[: 1 << 20]
-        dirs = json.loads(raw).get("cliPluginsExtraDirs")
+        dirs = json.loads(_small_file(config / "config.json")).get("cliPluginsExtraDirs")
         extra = [d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
     plugins = [str(config / "cli-plugins"), *extra, *PLUGIN_DIRS]
     variables = sorted(
@@ -249,6 +249,17 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
         digest,
         env.get("GPULAUNCH_BUILDER"),
     ]
+
+
+def _small_file(path: Path, limit: int = 1 << 20) -> bytes:
+    """A regular file's first MiB (a FIFO or device planted there is not waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def _digest(disk_key: list[object]) -> str:

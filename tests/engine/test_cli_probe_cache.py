@@ -187,3 +187,33 @@ def test_remember_keeps_other_entries_and_rewrites_a_corrupt_file(
         DockerCli(str(tmp_path / "b" / "docker"), "env"),
     ]
     assert _calls(tmp_path / "a.log") == _calls(tmp_path / "b.log") == 2
+
+
+def test_a_plugin_in_a_folder_the_docker_config_names_is_probed_again(
+    setup: tuple[dict[str, str], Path, Path], new_process: object, tmp_path: Path
+) -> None:
+    env, _docker, log = setup
+    extra = tmp_path / "plugins"
+    extra.mkdir()
+    config = Path(env["HOME"]) / ".docker"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"cliPluginsExtraDirs": [str(extra)]}))
+    replies.probe_cli(env)
+    replies.remember_probes()
+    new_process()  # type: ignore[operator]
+    replies.probe_cli(env)
+    assert _calls(log) == 2  # unchanged: the saved answer
+    (extra / "docker-buildx").write_text("#!/bin/sh\n")
+    new_process()  # type: ignore[operator]
+    replies.probe_cli(env)
+    assert _calls(log) == 4
+
+
+def test_a_fifo_as_docker_config_is_not_waited_on(
+    setup: tuple[dict[str, str], Path, Path], new_process: object
+) -> None:
+    env, docker, _log = setup
+    config = Path(env["HOME"]) / ".docker"
+    config.mkdir()
+    os.mkfifo(config / "config.json")
+    assert replies.probe_cli(env) == DockerCli(str(docker), "env")  # returns: no open wait
