@@ -217,3 +217,18 @@ def test_a_fifo_as_docker_config_is_not_waited_on(
     config.mkdir()
     os.mkfifo(config / "config.json")
     assert replies.probe_cli(env) == DockerCli(str(docker), "env")  # returns: no open wait
+
+
+def test_a_full_disk_does_not_fail_the_command_that_saves(
+    setup: tuple[dict[str, str], Path, Path], new_process: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulaunch import fsio
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise fsio.DiskFull("no space left")
+
+    env, docker, _log = setup
+    monkeypatch.setattr(fsio, "write_file", full)
+    assert replies.probe_cli(env) == DockerCli(str(docker), "env")
+    replies.remember_probes()  # a cache only saves work: nothing raised
+    assert not (cache_dir() / replies.PROBE_FILE).exists()
