@@ -98,7 +98,17 @@ def build_args() -> dict[str, str]:
 
 
 def render_dockerignore() -> str:
-    """gpulaunch's default .dockerignore (render, and jinja2 with it, imported only then)."""
+    """gpulaunch's default .dockerignore: the template's own text while it holds no Jinja
+    markup (what Jinja would render; a run that finds its tag in the tag cache then imports
+    neither render, the catalog nor jinja2), else rendered."""
+    from gpulaunch.image.tagcache import templates
+
+    try:
+        text = (templates() / "dockerignore.j2").read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = "{#"
+    if not any(mark in text for mark in ("{{", "{%", "{#", "\r")):
+        return text
     from gpulaunch.image.render import render_dockerignore as render
 
     return render()

@@ -125,3 +125,24 @@ def test_options_name_the_jinja2_version_and_lexer_settings() -> None:
     assert repr(jinja2.__version__) in options
     env.trim_blocks = True
     assert render.compile_options(env) != options
+
+
+def test_the_default_dockerignore_is_the_template_text_without_jinja(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulaunch.image import build, tagcache
+
+    assert build.render_dockerignore() == render_dockerignore()  # the same rules either way
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from gpulaunch.image.build import render_dockerignore"
+         "\nrender_dockerignore(); print(sorted(m for m in sys.modules if m.startswith("
+         "('jinja2', 'gpulaunch.image.render', 'gpulaunch.catalog'))))"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.stdout.strip() == "[]", proc.stderr
+    root = _templates_copy(tmp_path, monkeypatch)
+    monkeypatch.setattr(tagcache, "templates", lambda: root)
+    ignore = root / "dockerignore.j2"
+    ignore.write_text("{# a Jinja comment #}" + ignore.read_text())  # markup: Jinja renders it
+    assert build.render_dockerignore() == render_dockerignore()
+    assert "Jinja comment" not in build.render_dockerignore()
