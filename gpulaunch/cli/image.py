@@ -155,15 +155,17 @@ def versions(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show the catalog: valid torch / CUDA / Python / driver combinations."""
-    from gpulaunch.cli.views import matrix_json, matrix_table
+    from gpulaunch.cli.views import matrix_json, matrix_table, matrix_text
 
     warn_if_stale()
     if as_json:
         typer.echo(json.dumps(matrix_json(torch, cuda), indent=2))
+    elif not sys.stdout.isatty():
+        typer.echo(matrix_text(torch, cuda), nl=False)
     else:
         from rich.console import Console
 
-        Console(width=None if sys.stdout.isatty() else 160).print(matrix_table(torch, cuda))
+        Console().print(matrix_table(torch, cuda))
 
 
 @app.command()
