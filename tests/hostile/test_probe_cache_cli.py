@@ -4,6 +4,7 @@ it; a docker client replaced after that is probed again."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,35 @@ def test_the_real_docker_client_answer_is_saved_and_read_back(
     assert _invoke(hostile, monkeypatch, ("render",)) == first
     assert _invoke(hostile, monkeypatch, ("run", "--dry-run", "train.py"))
     assert len(probes) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "foreign binary", "link"])
+def test_a_corrupt_or_planted_answer_changes_no_output(
+    hostile: Hostile, client: Path, monkeypatch: pytest.MonkeyPatch, damage: str, tmp_path: Path
+) -> None:
+    cold = [_invoke(hostile, monkeypatch, args) for args in COMMANDS]  # render saves it
+    saved = cache_dir() / replies.PROBE_FILE
+    ((digest, entry),) = json.loads(saved.read_text()).items()
+    victim = tmp_path / "victim.json"
+    if damage == "garbage":
+        saved.write_text("[[[")
+    elif damage == "foreign binary":  # a binary that is not on PATH, claiming buildx
+        evil = {**entry, "cli": [str(tmp_path / "evil"), "buildx"]}
+        saved.write_text(json.dumps({digest: evil}))
+    else:
+        victim.write_text(json.dumps({digest: {**entry, "cli": None}}))
+        saved.unlink()
+        saved.symlink_to(victim)
+    planted = saved.read_bytes()
+    probes = _calls(client)
+
+    for args, expected in zip(DRY_RUNS, cold[:-1], strict=True):
+        assert _invoke(hostile, monkeypatch, args) == expected
+        assert saved.read_bytes() == planted  # a dry run probes again and writes nothing
+    assert _calls(client) == probes + 2 * len(DRY_RUNS)
+    assert _invoke(hostile, monkeypatch, ("render",)) == cold[-1]
+    if damage == "link":  # never written through
+        assert saved.is_symlink() and json.loads(victim.read_text())[digest]["cli"] is None
+    else:  # render replaced it with what it probed
+        docker = str(hostile.outside / "bin" / "docker")
+        assert json.loads(saved.read_text())[digest]["cli"] == [docker, "env"]
