@@ -97,14 +97,18 @@ def build_args() -> dict[str, str]:
     return {"GL_UID": str(os.getuid()), "GL_GID": str(os.getgid())}
 
 
+def templates_dir() -> Path:
+    """render.template_root's answer without importing render (or the tag cache)."""
+    packaged = Path(__file__).resolve().parents[1] / "templates"
+    return packaged if packaged.is_dir() else packaged.parents[1] / "templates"
+
+
 def render_dockerignore() -> str:
     """gpulaunch's default .dockerignore: the template's own text while it holds no Jinja
     markup (what Jinja would render; a run that finds its tag in the tag cache then imports
     neither render, the catalog nor jinja2), else rendered."""
-    from gpulaunch.image.tagcache import templates
-
     try:
-        text = (templates() / "dockerignore.j2").read_text("utf-8")
+        text = (templates_dir() / "dockerignore.j2").read_text("utf-8")
     except (OSError, UnicodeDecodeError):
         text = "{#"
     if not any(mark in text for mark in ("{{", "{%", "{#", "\r")):

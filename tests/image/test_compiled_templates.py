@@ -132,16 +132,19 @@ def test_the_default_dockerignore_is_the_template_text_without_jinja(
 ) -> None:
     from gpulaunch.image import build, tagcache
 
+    assert build.templates_dir().resolve() == render.template_root().resolve()
+    assert build.templates_dir().resolve() == tagcache.templates().resolve()
     assert build.render_dockerignore() == render_dockerignore()  # the same rules either way
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from gpulaunch.image.build import render_dockerignore"
          "\nrender_dockerignore(); print(sorted(m for m in sys.modules if m.startswith("
-         "('jinja2', 'gpulaunch.image.render', 'gpulaunch.catalog'))))"],
+         "('jinja2', 'gpulaunch.image.render', 'gpulaunch.image.tagcache', "
+         "'gpulaunch.catalog'))))"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.stdout.strip() == "[]", proc.stderr
     root = _templates_copy(tmp_path, monkeypatch)
-    monkeypatch.setattr(tagcache, "templates", lambda: root)
+    monkeypatch.setattr(build, "templates_dir", lambda: root)
     ignore = root / "dockerignore.j2"
     ignore.write_text("{# a Jinja comment #}" + ignore.read_text())  # markup: Jinja renders it
     assert build.render_dockerignore() == render_dockerignore()
