@@ -113,6 +113,7 @@ def render(
     sets: SetOpt = None,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.engine.replies import remember_probes
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
@@ -123,6 +124,7 @@ def render(
     for warning in plan.resolved.warnings:
         _err(f"warning: {warning}")
     warn_if_stale()
+    remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
     if is_stdout(output):
         typer.echo(text, nl=False)
     else:
