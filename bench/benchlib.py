@@ -181,6 +181,20 @@ def replace_marked(text: str, table: str) -> str:
     return f"{head}\n{table.rstrip()}\n{text[end:]}"
 
 
+def compile_like_an_install() -> None:
+    """Compile gpulaunch's modules to .pyc, as pip does when it installs the wheel.
+
+    The baseline's typer and docker have their .pyc from pip. An editable checkout on a machine
+    with PYTHONDONTWRITEBYTECODE=1 (these sessions set it) would compile every gpulaunch module
+    from source on each timed run, a cost no installed user pays.
+    """
+    import compileall
+
+    package = Path(__file__).resolve().parent.parent / "gpulaunch"
+    if not compileall.compile_dir(str(package), quiet=1, workers=0):
+        raise RuntimeError(f"compileall failed on {package}")
+
+
 def interleaved(
     commands: Mapping[str, Callable[[], None]], runs: int, warmup: int = 1
 ) -> dict[str, list[float]]:

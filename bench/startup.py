@@ -25,6 +25,7 @@ from benchlib import (
     BARE_TYPER,
     GPULAUNCH,
     Row,
+    compile_like_an_install,
     interleaved,
     median,
     run_checked,
@@ -70,6 +71,7 @@ def make_big_project(root: Path) -> Path:
 
 
 def measure(runs: int) -> list[Row]:
+    compile_like_an_install()
     with tempfile.TemporaryDirectory(prefix="glbench-startup-") as tmp:
         root = Path(tmp)
         bare = root / "bare.py"

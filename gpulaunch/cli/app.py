@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PosixPath
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -296,8 +296,8 @@ def main() -> None:
 # the parameter is processed, even for an option left at its default. That import and the
 # schema build are ~40 % of a short command's time. `_install_fast_params()` makes typer's
 # parameter build its coercion lazily: an option left unset (None) needs none; a `str`,
-# `bool`, `int` (inside its range) or `list[str]` value is converted here exactly as the
-# adapter would; anything else (Path, choices, floats, a value the simple rules do not
+# `bool`, `int` (inside its range), `Path` or `list[str]` value is converted here exactly as the
+# adapter would; anything else (choices, floats, a value the simple rules do not
 # accept) goes to typer's own adapter, built then, so its error messages stay typer's.
 # tests/cli/test_fastparams.py compares both on every command's parameters. A no-op when
 # typer's internals differ from what it expects (then typer works as shipped).
@@ -336,6 +336,8 @@ def fast_value(annotation: Any, info: Any, value: Any) -> tuple[bool, Any]:
             and (high is None or number <= high)
         ):
             return True, number
+    if kind is Path and type(value) in (str, PosixPath) and "\0" not in str(value):
+        return True, Path(value)
     listed = typing.get_origin(kind) is list and typing.get_args(kind) == (str,)
     if listed and isinstance(value, list | tuple) and all(type(v) is str for v in value):
         return True, list(value)

@@ -4,6 +4,7 @@ upgrade that changes its internals makes `install` a no-op, and this test says s
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ VALUES: list[Any] = [
     "4", "0", "-3", "1024", "1025", 0, 100, 101, -1, "007", "+4", " 4", "4.0", "x", "",
     "1" * 25, "true", "no",
     True, False, 3, ("a", "b"), (), ["a"], ("1",),
+    "some/dir", "/abs/file.yaml", ".", "~/x", "a\0b", Path("p/q"), Path("/"),
 ]  # fmt: skip
 
 
