@@ -38,6 +38,11 @@ class _Group(TyperGroup):
         super().__init__(**attrs)
         self.commands = LazyCommands(self.commands)
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        # typer's `--install-completion` edits the user's shell start-up file (following a
+        # symlink, outside gpulaunch's one writer); `--show-completion` prints the script.
+        return [p for p in super().get_params(ctx) if p.name != "install_completion"]
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         from gpulaunch.cli import root_help
 
@@ -98,7 +103,7 @@ app = typer.Typer(
     cls=_Group,
     help="Build checked PyTorch GPU images and launch training in them.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
