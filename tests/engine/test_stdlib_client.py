@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.fake_engine import CID, FakeEngine, Script, frame
+from engine.fake_engine import CID, FakeEngine, frame
 from gpulaunch.engine import docker_api, supervise
 from gpulaunch.engine.api.containers import frames
 from gpulaunch.engine.api.http import native_address
@@ -172,15 +172,18 @@ def test_stop_and_kill_and_resize_reach_the_engine(fake: FakeEngine) -> None:
             "/start",
             500,
             'could not select device driver "" with capabilities: [[gpu]]',
-            'the Docker engine has no NVIDIA GPU runtime (could not select device driver "" with capabilities [[gpu]])',
+            "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
+            '"" with capabilities [[gpu]])',
         ),
         (
             "/start",
             500,
             "OCI runtime create failed: "
             + "x" * 500
-            + " nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please update",
-            "the NVIDIA runtime refused to start the container: requirement error: unsatisfied condition: cuda>=12.8",
+            + " nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, "
+            "please update",
+            "the NVIDIA runtime refused to start the container: "
+            "requirement error: unsatisfied condition: cuda>=12.8",
         ),
         (
             "/start",
@@ -300,7 +303,7 @@ def test_ps_logs_and_stop_see_only_our_containers(fake: FakeEngine) -> None:
     assert engine.find_leftover("gl-fake", RUN_ID) is not None
     assert engine.find_leftover("gl-fake", "20261204-101500-ffffff") is None
     engine.discard(container)
-    with pytest.raises(EngineError, match="^no container 'gl-fake'$"):
+    with pytest.raises(EngineError, match=r"^no container 'gl-fake'$"):
         engine.get_managed("gl-fake")
 
 
@@ -315,7 +318,7 @@ def test_a_container_whose_image_carries_the_run_id_is_not_ours(fake: FakeEngine
 
 def test_a_listing_error_is_one_line(fake: FakeEngine) -> None:
     fake.script.errors["/containers/json"] = (500, "boom\nagain")
-    with pytest.raises(EngineError, match="^cannot list containers: boom again$"):
+    with pytest.raises(EngineError, match=r"^cannot list containers: boom again$"):
         _engine(fake).list_managed()
 
 
