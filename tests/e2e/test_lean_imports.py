@@ -20,13 +20,14 @@ SDK_STACK = ("docker", "requests", "urllib3", "paramiko", "websocket")
 
 SCRIPT = """
 import json, runpy, sys
+watched = set(json.loads(sys.argv[2]))
 sys.argv = ["gpulaunch", *json.loads(sys.argv[1])]
 code = 0
 try:
     runpy.run_module("gpulaunch", run_name="__main__")
 except SystemExit as exit:
     code = exit.code
-heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[-1])))
+heavy = sorted({m.split(".")[0] for m in sys.modules} & watched)
 sys.stdout.write("\\nMODULES " + json.dumps([code, heavy]) + "\\n")
 """
 
