@@ -328,3 +328,18 @@ def test_image_lookups_and_tagging(fake: FakeEngine) -> None:
     assert engine.image_id("img:tag") == "sha256:" + "1" * 64
     engine.tag("img:tag", "p:latest")
     assert "POST /images/img:tag/tag?repo=p&tag=latest&force=0" in fake.requests
+
+
+def test_an_error_no_caller_words_is_exit_3_docker_engine(fake: FakeEngine) -> None:
+    """`gpulaunch stop` of a container removed meanwhile: one line, exit 3, as the SDK's
+    errors were mapped (cli.app._outside_error), never an internal error."""
+    from gpulaunch.errors import ExitCode
+
+    fake.script.exit_on_start = False
+    engine = _engine(fake)
+    container = engine.create_container(create_body(_plan()))
+    engine.discard(container)
+    with pytest.raises(EngineError) as caught:
+        container.stop(timeout=1)
+    assert caught.value.message == f"Docker engine: 404 No such container: {CID}"
+    assert caught.value.exit_code == ExitCode.ENGINE

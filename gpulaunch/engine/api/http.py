@@ -24,11 +24,12 @@ _HEAD_LIMIT = 64 * 1024
 Query = dict[str, Any] | None
 
 
-class ApiError(Exception):
-    """The engine answered with an error status; `explanation` is its message."""
+class ApiError(EngineError):
+    """The engine answered with an error status; `explanation` is its message. Where no
+    caller words it, it reads as the SDK's errors did: exit 3, "Docker engine: ..."."""
 
     def __init__(self, status: int, explanation: str) -> None:
-        super().__init__(f"{status} {explanation}")
+        super().__init__(f"Docker engine: {status} {' '.join(explanation.split())[:400]}")
         self.status = status
         self.explanation = explanation
 
