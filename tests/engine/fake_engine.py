@@ -6,6 +6,7 @@ does: only once the container is started, and closed when it exits."""
 from __future__ import annotations
 
 import json
+import re
 import socketserver
 import struct
 import threading
@@ -99,7 +100,7 @@ class FakeEngine:
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         url = urlsplit(h.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        path = unquote(url.path)
+        path = re.sub(r"^/v1\.[0-9]+/", "/", unquote(url.path))  # the SDK's versioned paths
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
         self.requests.append(h.command + " " + h.path)
@@ -114,6 +115,8 @@ class FakeEngine:
         route = (h.command, parts[0], parts[-1] if len(parts) > 1 else "")
         if path == "/_ping":
             return self.reply(h, 200, b"OK")
+        if path == "/version":
+            return self.reply(h, 200, {"ApiVersion": "1.41", "Version": "20.10.24"})
         if route == ("GET", "info", ""):
             return self.reply(
                 h, 200, {"ID": "fake", "ServerVersion": "20.10", "KernelVersion": "6"}

@@ -343,3 +343,31 @@ def test_an_error_no_caller_words_is_exit_3_docker_engine(fake: FakeEngine) -> N
         container.stop(timeout=1)
     assert caught.value.message == f"Docker engine: 404 No such container: {CID}"
     assert caught.value.exit_code == ExitCode.ENGINE
+
+
+def test_engines_the_sdk_reaches_run_the_same_lifecycle_through_its_session(
+    fake: FakeEngine,
+) -> None:
+    """ssh:// and https:// engines go through the SDK's HTTP session (api/sdk.py): the same
+    calls, streams and refusals. Proven here over the fake's unix socket."""
+    from gpulaunch.engine.api.sdk import SdkTransport
+
+    fake.script.output = [(1, b"out\n"), (2, b"err\n")]
+    fake.script.exit_code = 5
+    fake.script.logs = frame(1, b"logged\n")
+    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+    engine = _engine(fake)
+    engine._api = SdkTransport(fake.host, 60)
+    engine._api.ping(5)
+    out, err = io.BytesIO(), io.BytesIO()
+    code = supervise.supervise(engine, _plan(), out=out, err=err, warn=lambda _m: None)  # type: ignore[arg-type]
+    assert (code, out.getvalue(), err.getvalue()) == (5, b"out\n", b"err\n")
+    assert fake.removed
+    assert fake.bodies[fake.requests.index("POST /v1.41/containers/create?name=gl-fake")] == {
+        k: v for k, v in create_body(_plan()).items() if k != "name"
+    }
+    fake.removed = False
+    assert engine.get_managed("gl-fake").logs() == b"logged\n"
+    fake.script.errors["/start"] = (500, 'could not select device driver "" with capabilities')
+    with pytest.raises(EngineError, match="no NVIDIA GPU runtime"):
+        engine.create_container(create_body(_plan()))
