@@ -8,4 +8,8 @@ reached through the SDK's own session (`sdk.py`), behind the same two calls. `co
 holds the container object `ps`, `logs`, `stop` and the supervisor use. Every call has a
 timeout (GPULAUNCH_ENGINE_TIMEOUT); only waits and output streams wait for as long as the job
 runs, as the SDK's did.
+
+May import only the standard library, `gpulaunch.errors` and `gpulaunch.engine.replies`
+(docker, requests and urllib3 only inside `sdk.py`'s functions); `docker_api.Engine` is its one
+user outside tests.
 """
