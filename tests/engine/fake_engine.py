@@ -34,6 +34,7 @@ class Script:
     tty: bool = False
     logs: bytes = b""  # the stored log, already framed
     stdin: bytearray = field(default_factory=bytearray)
+    chunked: int = 0  # answer bodies in chunks of this many bytes (Go's way without a length)
 
 
 class FakeEngine:
@@ -176,10 +177,20 @@ class FakeEngine:
         )
         h.send_response(status)
         h.send_header("Content-Type", kind)
-        if status != 204:
-            h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        size = self.script.chunked
+        if size and status != 204:
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for at in range(0, len(data), size):
+                part = data[at : at + size]
+                h.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\nTrailer: x\r\n\r\n")
+        else:
+            if status != 204:
+                h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
         h.wfile.flush()
 
     def attach(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:

@@ -283,7 +283,10 @@ def test_which_engines_the_stdlib_client_reaches_itself(host: str, address: obje
 # -- ps / logs / stop lookups --------------------------------------------------------------------
 
 
-def test_ps_logs_and_stop_see_only_our_containers(fake: FakeEngine) -> None:
+@pytest.mark.parametrize("chunked", [0, 1, 3, 7000], ids=lambda n: f"chunked{n}")
+def test_ps_logs_and_stop_see_only_our_containers(fake: FakeEngine, chunked: int) -> None:
+    """Answers with a length and chunked ones (how the engine streams logs and long JSON)."""
+    fake.script.chunked = chunked
     fake.script.exit_on_start = False
     fake.script.labels = {"io.gpulaunch.run-id": RUN_ID, "io.gpulaunch.project": "p"}
     fake.script.logs = frame(1, b"a\n") + frame(2, b"b\n")

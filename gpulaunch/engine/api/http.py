@@ -1,4 +1,4 @@
-"""The engine's HTTP API over a unix socket or plain tcp://, with http.client.
+"""The engine's HTTP API over a unix socket or plain tcp://: HTTP/1.1 on plain sockets.
 
 Two calls: `call` (one request, its JSON answer) and `stream` (an answer read as it comes:
 logs, and attach, upgraded to the raw connection). Each connection is made for one request
@@ -10,7 +10,7 @@ carrying the engine's own message.
 
 from __future__ import annotations
 
-import http.client
+import contextlib
 import json
 import socket
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ from gpulaunch.errors import EngineError
 TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"
 UNREACHABLE_HINT = "start dockerd, or set DOCKER_HOST to a running engine"
 _HEAD_LIMIT = 64 * 1024
+_CLOSE = "Connection: close\r\n"  # one request per connection
 Query = dict[str, Any] | None
 
 
@@ -106,15 +107,6 @@ def native_address(host: str) -> str | tuple[str, int] | None:
     return None
 
 
-class _Connection(http.client.HTTPConnection):
-    def __init__(self, address: str | tuple[str, int], connect_s: float) -> None:
-        super().__init__("localhost" if isinstance(address, str) else address[0], timeout=connect_s)
-        self.address = address
-
-    def connect(self) -> None:
-        self.sock = connect(self.address, self.timeout)
-
-
 def connect(address: str | tuple[str, int], timeout: float | None) -> socket.socket:
     if isinstance(address, tuple):
         return socket.create_connection(address, timeout)
@@ -128,8 +120,86 @@ def connect(address: str | tuple[str, int], timeout: float | None) -> socket.soc
     return sock
 
 
+class BadReply(OSError):
+    """An answer that is not HTTP, or cut short: read as a failed connection."""
+
+
+class _Reader:
+    """Buffered reads from a socket (the answer's head line by line, then its body)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self.buf += chunk
+        return bool(chunk)
+
+    def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            if len(self.buf) > _HEAD_LIMIT or not self._fill():
+                raise BadReply("the engine's answer was cut short")
+        end = self.buf.index(b"\n") + 1
+        line = bytes(self.buf[:end])
+        del self.buf[:end]
+        return line
+
+    def read_some(self, size: int) -> bytes:
+        if not self.buf and not self._fill():
+            return b""
+        data = bytes(self.buf[:size])
+        del self.buf[:size]
+        return data
+
+
+class Body:
+    """An answer's body as it arrives: by Content-Length, chunked, or up to the close."""
+
+    def __init__(self, reader: _Reader, length: int | None, chunked: bool) -> None:
+        self.reader = reader
+        self.length = length
+        self.chunked = chunked
+        self.left = 0  # of the current chunk
+        self.done = length == 0
+
+    def read(self, size: int) -> bytes:
+        if self.done:
+            return b""
+        if self.chunked and self.left == 0:
+            self.left = int(self.reader.readline().split(b";")[0].strip() or b"x", 16)
+            if self.left == 0:
+                while self.reader.readline().strip():
+                    pass  # trailers
+                self.done = True
+                return b""
+        limit = self.left if self.chunked else self.length
+        data = self.reader.read_some(size if limit is None else min(size, limit))
+        if not data:
+            if limit is not None:
+                raise BadReply("the engine's answer was cut short")
+            self.done = True
+        elif self.chunked:
+            self.left -= len(data)
+            if self.left == 0 and self.reader.readline().strip():
+                raise BadReply("a chunk without its end")
+        elif self.length is not None:
+            self.length -= len(data)
+            self.done = self.length == 0
+        return data
+
+    def read_all(self) -> bytes:
+        parts = []
+        while chunk := self.read(65536):
+            parts.append(chunk)
+        return b"".join(parts)
+
+
 class HttpTransport:
-    """The engine at `host` (unix:// or tcp://); `timeout` bounds each call (not streams)."""
+    """The engine at `host` (unix:// or tcp://); `timeout` bounds each call (not streams).
+
+    HTTP/1.1 by hand, one connection per request: http.client (with email and ssl under it)
+    would cost more to import than all the calls of a run take."""
 
     def __init__(self, host: str, address: str | tuple[str, int], timeout: float) -> None:
         self.host = host
@@ -148,12 +218,41 @@ class HttpTransport:
             return unreachable(self.host, reason)
         return stalled(self.host, timed_out, limit)
 
-    def _open(self, read_s: float | None) -> _Connection:
-        conn = _Connection(self.address, self.timeout if read_s is None else read_s)
-        conn.connect()
-        assert conn.sock is not None
-        conn.sock.settimeout(read_s)
-        return conn
+    def _send(
+        self, method: str, target: str, data: bytes | None, read_s: float | None, upgrade: bool
+    ) -> tuple[int, Body, socket.socket, _Reader]:
+        """Send one request; (status, body, socket, reader) once the answer's head is in."""
+        sock = connect(self.address, self.timeout if read_s is None else read_s)
+        try:
+            sock.settimeout(read_s)
+            head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: gpulaunch\r\n"
+            head += "Connection: Upgrade\r\nUpgrade: tcp\r\n" if upgrade else _CLOSE
+            if data is not None:
+                head += "Content-Type: application/json\r\n"
+            head += f"Content-Length: {len(data or b'')}\r\n\r\n"
+            sock.sendall(head.encode() + (data or b""))
+            reader = _Reader(sock)
+            status = 100
+            while status == 100:  # a "100 Continue" comes before the answer
+                try:
+                    status = int(reader.readline().split()[1])
+                except (IndexError, ValueError):
+                    raise BadReply("the engine's answer is not HTTP") from None
+                fields: dict[str, str] = {}
+                while line := reader.readline().strip():
+                    name, _, value = line.decode("latin-1").partition(":")
+                    fields[name.strip().lower()] = value.strip()
+            length = fields.get("content-length", "")
+            no_body = status in (101, 204, 304) or method == "HEAD"
+            body = Body(
+                reader,
+                0 if no_body else int(length) if length.isdigit() else None,
+                "chunked" in fields.get("transfer-encoding", "").lower(),
+            )
+        except BaseException:
+            sock.close()
+            raise
+        return status, body, sock, reader
 
     def ping(self, timeout: float) -> None:
         """The first contact, with a short limit: a hung engine must fail fast."""
@@ -169,76 +268,31 @@ class HttpTransport:
         """One request; its JSON answer (None when empty). `timeout` None: no read limit."""
         limit = self.timeout if timeout is ... else timeout
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
         target = path + ("?" + urlencode(query) if query else "")
         try:
-            conn = self._open(limit)
+            status, reply, sock, _ = self._send(method, target, data, limit, upgrade=False)
             try:
-                conn.request(method, target, body=data, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
+                raw = reply.read_all()
             finally:
-                conn.close()
-        except (OSError, http.client.HTTPException) as err:
+                sock.close()
+        except OSError as err:
             raise self._failure(err, limit) from None
-        return decode(response.status, raw)
+        return decode(status, raw)
 
     def stream(self, method: str, path: str, query: Query = None, upgrade: bool = False) -> Stream:
-        """An answer to read as it comes, without a read limit (it lasts as long as the job)."""
+        """An answer to read as it comes, without a read limit (it lasts as long as the job).
+        `upgrade`: attach, the connection then carries the job's streams both ways."""
         target = path + ("?" + urlencode(query) if query else "")
         try:
-            if upgrade:
-                return self._upgraded(method, target)
-            conn = self._open(None)
-            conn.request(method, target)
-            response = conn.getresponse()
-            if response.status >= 400:
-                raw = response.read()
-                conn.close()
-                raise api_error(response.status, raw)
-        except (OSError, http.client.HTTPException) as err:
-            raise self._failure(err, None) from None
-        return _ResponseStream(conn, response)
-
-    def _upgraded(self, method: str, target: str) -> Stream:
-        """attach: the request by hand, so no byte after the answer's head is buffered away."""
-        sock = connect(self.address, self.timeout)
-        try:
-            sock.sendall(
-                f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
-                "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n".encode()
-            )
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = sock.recv(65536)
-                if not chunk or len(head) > _HEAD_LIMIT:
-                    raise http.client.BadStatusLine(head[:80].decode("latin-1"))
-                head += chunk
-            head, _, rest = head.partition(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            status = int(lines[0].split()[1])
+            status, reply, sock, reader = self._send(method, target, None, None, upgrade)
             if status >= 400:
-                raise api_error(status, rest + _read_rest(sock, lines, len(rest)))
-        except BaseException:
-            sock.close()
-            raise
-        sock.settimeout(None)
-        return SocketStream(sock, rest)
-
-
-def _read_rest(sock: socket.socket, lines: list[str], have: int) -> bytes:
-    length = 0
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length" and value.strip().isdigit():
-            length = int(value.strip())
-    data = b""
-    while have + len(data) < min(length, _HEAD_LIMIT):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
+                with contextlib.closing(sock):
+                    raise api_error(status, reply.read_all()[:_HEAD_LIMIT])
+        except OSError as err:
+            raise self._failure(err, None) from None
+        if upgrade:  # 101 (or 200 from an old engine): the raw connection follows the head
+            return SocketStream(sock, bytes(reader.buf))
+        return _BodyStream(sock, reply)
 
 
 class SocketStream:
@@ -264,13 +318,13 @@ class SocketStream:
         self.sock.close()
 
 
-class _ResponseStream:
-    def __init__(self, conn: _Connection, response: http.client.HTTPResponse) -> None:
-        self.conn = conn
-        self.response = response
+class _BodyStream:
+    def __init__(self, sock: socket.socket, body: Body) -> None:
+        self.sock = sock
+        self.body = body
 
     def read(self, size: int) -> bytes:
-        return self.response.read1(size)
+        return self.body.read(size)
 
     def sendall(self, data: bytes) -> None:
         raise OSError("not an attach stream")
@@ -279,5 +333,4 @@ class _ResponseStream:
         pass
 
     def close(self) -> None:
-        self.response.close()
-        self.conn.close()
+        self.sock.close()
