@@ -374,3 +374,36 @@ def test_engines_the_sdk_reaches_run_the_same_lifecycle_through_its_session(
     fake.script.errors["/start"] = (500, 'could not select device driver "" with capabilities')
     with pytest.raises(EngineError, match="no NVIDIA GPU runtime"):
         engine.create_container(create_body(_plan()))
+
+
+def test_ps_against_an_engine_imports_no_docker_sdk(fake: FakeEngine, tmp_path: Path) -> None:
+    """`gpulaunch ps` in a fresh interpreter, answered by the fake engine: it lists our
+    container and never loads docker, requests or urllib3 (the real-engine check of `run` is
+    tests/e2e/test_lean_imports.py)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    fake.script.exit_on_start = False
+    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID, "io.gpulaunch.project": "p"}
+    _engine(fake).create_container(create_body(_plan()))
+    script = (
+        "import json, runpy, sys\n"
+        "sys.argv = ['gpulaunch', 'ps', '--json']\n"
+        "try:\n"
+        "    runpy.run_module('gpulaunch', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "stack = {'docker', 'requests', 'urllib3'}\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & stack)\n"
+        "print('HEAVY', json.dumps(heavy))\n"
+    )
+    env = {**os.environ, "DOCKER_HOST": fake.host, "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "HEAVY []", proc.stdout + proc.stderr
+    rows = json.loads("\n".join(lines[:-1]))
+    assert [(r["name"], r["run_id"], r["image"]) for r in rows] == [("gl-fake", RUN_ID, "img:tag")]
