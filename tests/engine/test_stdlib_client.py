@@ -106,7 +106,7 @@ def test_a_run_creates_attaches_starts_waits_and_removes_in_order(fake: FakeEngi
 
     assert (code, out, err) == (3, b"out\n\xffbinary", b"err\n")
     calls = [r.split("?")[0] for r in fake.requests]
-    assert calls[0] == "GET /_ping"
+    assert calls[0] == "GET /version"  # the reachability check, as the SDK's
     created = calls.index("POST /containers/create")
     assert calls[created:] == [
         "POST /containers/create",
@@ -230,7 +230,7 @@ def test_an_engine_that_never_answers_the_ping_fails_fast(
     fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(docker_api, "PING_TIMEOUT_S", 0.3)
-    fake.script.hang.add("/_ping")
+    fake.script.hang.add("/version")
     with pytest.raises(EngineError) as caught:
         _engine(fake).identity()
     assert (

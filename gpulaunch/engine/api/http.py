@@ -255,9 +255,11 @@ class HttpTransport:
         return status, body, sock, reader
 
     def ping(self, timeout: float) -> None:
-        """The first contact, with a short limit: a hung engine must fail fast."""
+        """The first contact, with a short limit: a hung engine must fail fast. /version,
+        as the SDK asks it: an engine whose /_ping answers and whose API hangs is "cannot
+        reach" here too."""
         try:
-            self.call("GET", "/_ping", timeout=timeout)
+            self.call("GET", "/version", timeout=timeout)
         except ApiError as err:
             raise unreachable(self.host, err.explanation) from None
         self.reached = True
