@@ -29,7 +29,7 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
     """None when the engine starts a container of `image` with every GPU requested, else why
     not (the engine's own reason). Any start failure other than the device driver (say the
     image has no `true`) happens after the driver was selected, so it proves the runtime."""
-    from gpulaunch.engine.runspec import RunPlan, base_labels, new_run_id, sdk_kwargs
+    from gpulaunch.engine.runspec import RunPlan, base_labels, create_body, new_run_id
 
     run_id = new_run_id()
     plan = RunPlan(
@@ -45,7 +45,7 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
         ulimits={},
     )
     try:
-        container = engine.create_container(sdk_kwargs(plan))
+        container = engine.create_container(create_body(plan))
     except EngineError as err:
         if "NVIDIA" in err.message or "device driver" in err.message:
             return err.message

@@ -178,27 +178,40 @@ def schema() -> None:
 
 
 def _build_with_progress(cfg: Any, project: Path, opts: Any, engine: Any = None) -> Any:
-    """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr."""
-    from rich.console import Console
+    """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr.
+
+    The status line is drawn only on a terminal (rich draws nothing elsewhere), so off one
+    rich is not even imported unless a failed build's log tail is printed: `run` on an image
+    that is up to date pays nothing for it."""
+    import contextlib
 
     from gpulaunch.errors import BuildError
     from gpulaunch.image.build import run_build
 
-    console = Console(stderr=True)
     engine = engine or _engine()
-    with console.status("building…") as status:
+    live: Any = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        live = Console(stderr=True).status("building…")
+    with live or contextlib.nullcontext():
 
         def on_progress(progress: Any) -> None:
-            status.update(
-                f"step {progress.step}/{progress.total}: {progress.current[:90]} "
-                f"({progress.elapsed:.0f}s)"
-            )
+            if live is not None:
+                live.update(
+                    f"step {progress.step}/{progress.total}: {progress.current[:90]} "
+                    f"({progress.elapsed:.0f}s)"
+                )
 
         try:
             outcome = run_build(cfg, project, engine, opts, on_progress)
         except BuildError as err:
             if err.log_tail:
-                console.print(err.log_tail, markup=False, highlight=False, soft_wrap=True)
+                from rich.console import Console
+
+                Console(stderr=True).print(
+                    err.log_tail, markup=False, highlight=False, soft_wrap=True
+                )
             raise
     if outcome.cached:
         _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")

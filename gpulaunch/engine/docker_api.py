@@ -17,7 +17,7 @@ import re
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulaunch.engine import replies
 from gpulaunch.engine.buildspec import (
@@ -34,21 +34,15 @@ from gpulaunch.errors import (
     BuildError,
     ConfigError,
     EngineError,
-    RlimitRefused,
 )
+
+if TYPE_CHECKING:
+    from gpulaunch.engine.api.http import Transport
 
 MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
 RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # runspec.new_run_id's format only
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
-_RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
-_RLIMIT_NAMES = {"3": "stack", "8": "memlock", "7": "nofile"}  # Linux RLIMIT_* numbers
-# the NVIDIA runtime's refusal, deep in a long OCI error: kept whole, the rest is cut to 400
-_NVIDIA_REQUIREMENT = re.compile(r"requirement error: unsatisfied condition: [^,\n\"\\]+")
-NVIDIA_MISSING_HINT = (
-    "install the NVIDIA Container Toolkit (nvidia-container-toolkit) and restart dockerd, "
-    "or run on the CPU with --gpus 0"
-)
 
 
 def _context_host(env: Mapping[str, str]) -> str | None:
@@ -88,7 +82,9 @@ class Engine:
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
-        self._client: Any = None
+        self._client: Any = None  # the docker SDK: build, push, pull, doctor's facts
+        self._api: Transport | None = None  # everything else (gpulaunch.engine.api)
+        self._images: dict[str, Any] = {}  # image id -> api.containers.Image or None
         self._cli: DockerCli | bool | None = False  # False = not probed yet
         self._identity: str | None = None
 
@@ -122,15 +118,37 @@ class Engine:
             self._client = client
         return self._client
 
+    def api(self) -> Transport:
+        """The engine's HTTP API without the docker SDK (unix:// and tcp://; other schemes
+        through the SDK's session), pinged on first use with a short limit."""
+        if self._api is None:
+            from gpulaunch.engine.api.http import HttpTransport, native_address
+
+            host, timeout = self.host, self.api_timeout()
+            address = native_address(host)
+            if address is not None:
+                transport: Transport = HttpTransport(host, address, timeout)
+            else:
+                from gpulaunch.engine.api.sdk import SdkTransport
+
+                transport = SdkTransport(host, timeout)
+            transport.ping(PING_TIMEOUT_S)
+            self._api = transport
+        return self._api
+
+    def _ask(self, path: str, what: str) -> Any:
+        """GET `path`; an error answer is EngineError "WHAT: the engine's message"."""
+        from gpulaunch.engine.api.http import ApiError
+
+        try:
+            return self.api().call("GET", path)
+        except ApiError as err:
+            raise EngineError(f"{what}: {_short(err)}") from None
+
     def identity(self) -> str:
         """Which engine this is, for caches of what it can do: its ID, version and kernel."""
-        from docker.errors import DockerException
-
         if self._identity is None:
-            try:
-                info = self.client().info()
-            except DockerException as err:
-                raise EngineError(f"cannot read the engine's info: {_short(err)}") from None
+            info = self._ask("/info", "cannot read the engine's info")
             parts = (info.get("ID"), info.get("ServerVersion"), info.get("KernelVersion"))
             self._identity = "|".join(str(p) for p in parts)[:400]
         return self._identity
@@ -148,12 +166,8 @@ class Engine:
 
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""
-        from docker.errors import DockerException
-
-        try:
-            return {str(n.name) for n in self.client().networks.list()}
-        except DockerException as err:
-            raise EngineError(f"cannot list the engine's networks: {_short(err)}") from None
+        found = self._ask("/networks", "cannot list the engine's networks") or []
+        return {str(n.get("Name")) for n in found}
 
     def facts(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         """`docker version`, `docker info` and the local image tags (for `doctor`)."""
@@ -190,25 +204,17 @@ class Engine:
 
     # -- images -----------------------------------------------------------------------
     def image_exists(self, ref: str) -> bool:
-        from docker.errors import DockerException, ImageNotFound
-
-        try:
-            self.client().images.get(ref)
-        except ImageNotFound:
-            return False
-        except DockerException as err:
-            raise EngineError(f"image {ref}: {_short(err)}") from None
-        return True
+        return self.image_id(ref) is not None
 
     def image_id(self, ref: str) -> str | None:
-        from docker.errors import DockerException, ImageNotFound
+        from gpulaunch.engine.api.containers import inspect_image
+        from gpulaunch.engine.api.http import ApiError
 
         try:
-            return str(self.client().images.get(ref).id)
-        except ImageNotFound:
-            return None
-        except DockerException as err:
+            image = inspect_image(self.api(), ref)
+        except ApiError as err:
             raise EngineError(f"image {ref}: {_short(err)}") from None
+        return None if image is None else image.id
 
     def remove_if_dangling(self, image_id: str) -> None:
         """Remove an image gpulaunch built that a rebuild left without any tag."""
@@ -246,8 +252,14 @@ class Engine:
                 raise EngineError(f"pull {ref}: {_short(err)}") from None
 
     def tag(self, source: str, target: str) -> None:
+        from gpulaunch.engine.api.http import ApiError, path_of
+
         repo, _, tag = target.rpartition(":")
-        self.client().images.get(source).tag(repo, tag)
+        query = {"repo": repo, "tag": tag, "force": 0}
+        try:
+            self.api().call("POST", path_of("/images/{}/tag", source), query)
+        except ApiError as err:
+            raise EngineError(f"tag {source} as {target}: {_short(err)}") from None
 
     def build(
         self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
@@ -369,64 +381,34 @@ class Engine:
         for extra_tag in req.tags[1:]:
             self.tag(req.tags[0], extra_tag)
 
-    # -- containers -------------------------------------------------------------------
+    # -- containers (the stdlib client: `run` and ps/logs/stop never import the SDK) -----
     def create_container(
-        self, kwargs: dict[str, Any], before_start: Callable[[Any], None] | None = None
+        self, body: dict[str, Any], before_start: Callable[[Any], None] | None = None
     ) -> Any:
-        """Create and start a container from docker-SDK `containers.run`-style kwargs.
+        """Create and start a container from `runspec.create_body` (its "name" is the query).
 
-        `stop_timeout` is passed through the low-level API (the high-level `run` lacks it).
         `before_start(container)` runs between create and start (to attach its output).
         A container that was created but failed to start is removed before raising.
         """
-        from docker.errors import APIError, DockerException, ImageNotFound
-        from docker.models.containers import _create_container_args
+        from gpulaunch.engine.api.containers import Container, create, refusal
+        from gpulaunch.engine.api.http import ApiError
 
-        client = self.client()
-        args = dict(kwargs, version=client.api._version)
-        stop_timeout = args.pop("stop_timeout", None)
+        api = self.api()
+        body = dict(body)
+        name = str(body.pop("name"))
         container = None
         try:
-            create = _create_container_args(args)
-            if stop_timeout is not None:
-                create["stop_timeout"] = stop_timeout
-            created = client.api.create_container(**create)
-            container = client.containers.get(created["Id"])
+            container = Container.get(api, create(api, name, body))
             if before_start is not None:
                 before_start(container)
             container.start()
             return container
-        except ImageNotFound:
-            raise EngineError(
-                f"image {kwargs.get('image')} not found; run `gpulaunch build`"
-            ) from None
-        except APIError as err:
+        except ApiError as err:
             self.discard(container)
-            text = _short(err)
-            if "could not select device driver" in text:
-                raise EngineError(
-                    "the Docker engine has no NVIDIA GPU runtime (could not select device driver "
-                    '"" with capabilities [[gpu]])',
-                    hint=NVIDIA_MISSING_HINT,
-                ) from None
-            requirement = _NVIDIA_REQUIREMENT.search(str(err.explanation or err))
-            if requirement:
-                raise EngineError(
-                    f"the NVIDIA runtime refused to start the container: {requirement[0]}"
-                ) from None
-            rlimit = _RLIMIT_REFUSED.search(text)
-            if rlimit:
-                name = _RLIMIT_NAMES.get(rlimit.group(1), rlimit.group(1))
-                raise RlimitRefused(
-                    f"the engine may not set ulimit {name}: {text}", rlimit=name
-                ) from None
-            raise EngineError(f"docker refused to start the container: {text}") from None
-        except DockerException as err:
-            self.discard(container)
-            raise EngineError(f"docker: {_short(err)}") from None
+            raise refusal(err, str(body.get("Image"))) from None
         except Exception as err:
             self.discard(container)
-            if _from_transport(err):  # requests/urllib3: a timeout, a dropped connection
+            if _from_transport(err):  # the SDK's session (an ssh:// engine) dropped
                 raise EngineError(f"Docker engine: {_short(err)}") from None
             raise
         except BaseException:
@@ -437,27 +419,34 @@ class Engine:
     def discard(container: Any) -> None:
         if container is None:
             return
-        from docker.errors import DockerException
+        from gpulaunch.engine.api.http import ApiError
 
         try:
             container.remove(force=True)
-        except DockerException:
-            pass
+        except ApiError:
+            pass  # already gone (or being removed)
         except Exception as err:  # the engine went away meanwhile: nothing left to remove
             if not _from_transport(err):
                 raise
 
+    def _container(self, ident: str, what: str) -> Any:
+        """The container `ident`, or None when there is none; EngineError on other errors."""
+        from gpulaunch.engine.api.containers import Container
+        from gpulaunch.engine.api.http import ApiError
+
+        try:
+            return Container.get(self.api(), ident)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise EngineError(f"{what}: {_short(err)}") from None
+
     def find_leftover(self, name: str, run_id: str) -> Any:
         """The container `name` of run `run_id` if it exists (created but perhaps never
         started); a container of that name that is not this run's is left alone."""
-        from docker.errors import DockerException, NotFound
-
-        try:
-            container = self.client().containers.get(name)
-        except NotFound:
+        container = self._container(name, f"container {name!r}")
+        if container is None:
             return None
-        except DockerException as err:
-            raise EngineError(f"container {name!r}: {_short(err)}") from None
         return container if self.run_id_of(container) == run_id else None
 
     def run_id_of(self, container: Any) -> str | None:
@@ -475,36 +464,38 @@ class Engine:
         return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
 
     def _image_labels(self, container: Any) -> dict[str, str]:
-        from docker.errors import DockerException
+        """Labels of the container's image (asked once per image and command)."""
+        from gpulaunch.engine.api.containers import inspect_image
+        from gpulaunch.engine.api.http import ApiError
 
-        image_id = (getattr(container, "attrs", None) or {}).get("Image")
+        image_id = str((getattr(container, "attrs", None) or {}).get("Image") or "")
         if not image_id:
             return {}
-        try:
-            attrs = self.client().api.inspect_image(image_id)
-        except DockerException:
-            return {}  # image gone: nothing could have been inherited from it
-        return dict((attrs.get("Config") or {}).get("Labels") or {})
+        if image_id not in self._images:
+            try:
+                self._images[image_id] = inspect_image(self.api(), image_id)
+            except ApiError:
+                self._images[image_id] = None
+        image = self._images[image_id]
+        container._image = image  # `ps` shows its tags: not asked again
+        return {} if image is None else image.labels  # image gone: nothing was inherited
 
     def list_managed(self, all_states: bool = False) -> list[Any]:
         """Containers `gpulaunch run` started (by their own run-id label)."""
-        from docker.errors import DockerException
+        from gpulaunch.engine.api.containers import list_ids
+        from gpulaunch.engine.api.http import ApiError
 
         try:
-            found = self.client().containers.list(all=all_states, filters={"label": RUN_ID_LABEL})
-        except DockerException as err:
+            ids = list_ids(self.api(), all_states, RUN_ID_LABEL)
+        except ApiError as err:
             raise EngineError(f"cannot list containers: {_short(err)}") from None
-        return [c for c in found if self.run_id_of(c) is not None]
+        found = [self._container(i, "cannot list containers") for i in ids]
+        return [c for c in found if c is not None and self.run_id_of(c) is not None]
 
     def get_managed(self, ident: str) -> Any:
-        from docker.errors import DockerException, NotFound
-
-        try:
-            container = self.client().containers.get(ident)
-        except NotFound:
-            raise EngineError(f"no container {ident!r}") from None
-        except DockerException as err:
-            raise EngineError(f"container {ident!r}: {_short(err)}") from None
+        container = self._container(ident, f"container {ident!r}")
+        if container is None:
+            raise EngineError(f"no container {ident!r}")
         if self.run_id_of(container) is None:
             raise EngineError(
                 f"container {ident!r} was not started by `gpulaunch run`; not touching it"

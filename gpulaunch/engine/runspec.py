@@ -239,3 +239,91 @@ def base_labels(project_name: str, run_id: str) -> dict[str, str]:
         "io.gpulaunch.project": project_name,
         RUN_ID_LABEL: run_id,
     }
+
+
+_BYTE_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def _bytes(text: str) -> int:
+    """docker's size text ("16g", "512m", "1024") as bytes, read as the docker SDK reads it."""
+    from gpulaunch.errors import EngineError
+
+    if text[-2:-1].isalpha() and text[-1:] in ("b", "B"):
+        text = text[:-1]
+    suffix = text[-1:].lower()
+    digits, unit = (text, "b") if suffix.isdigit() else (text[:-1], suffix)
+    try:
+        return int(float(digits) * _BYTE_UNITS[unit])
+    except (KeyError, ValueError):
+        raise EngineError(f"docker: {text!r} is not a size (b, k, m or g)") from None
+
+
+def create_body(plan: RunPlan) -> dict[str, Any]:
+    """The engine's POST /containers/create body for the plan, plus "name" (sent as the query
+    parameter, never in the body): what the docker SDK sends for `sdk_kwargs(plan)`
+    (tests/engine/test_create_body.py compares the two for many plans)."""
+    host: dict[str, Any] = {
+        "Ulimits": [{"Name": k, "Soft": v, "Hard": v} for k, v in sorted(plan.ulimits.items())],
+        "Init": plan.init,
+        "Mounts": [
+            {"Target": m.target, "Source": m.source, "Type": "bind", "ReadOnly": m.read_only}
+            for m in plan.mounts
+        ],
+    }
+    if plan.gpus not in (0, "0"):
+        request: dict[str, Any] = {"Driver": "", "Count": 0, "DeviceIDs": []}
+        if isinstance(plan.gpus, int):
+            request["Count"] = plan.gpus
+        elif plan.gpus == "all":
+            request["Count"] = -1
+        else:
+            request["DeviceIDs"] = plan.gpus.split(",")
+        host["DeviceRequests"] = [{**request, "Capabilities": [["gpu"]], "Options": {}}]
+    if plan.ipc:
+        host["IpcMode"] = plan.ipc
+    if plan.shm_size:
+        host["ShmSize"] = _bytes(plan.shm_size)
+    if plan.memory:
+        host["Memory"] = _bytes(plan.memory)
+    host["NetworkMode"] = plan.network or "default"  # as the SDK's containers.run sends it
+    if plan.extra_hosts:
+        host["ExtraHosts"] = [f"{k}:{v}" for k, v in sorted(plan.extra_hosts.items())]
+    if plan.cap_add:
+        host["CapAdd"] = list(plan.cap_add)
+    if plan.devices:
+        host["Devices"] = [_device(d) for d in plan.devices]
+    if plan.cpuset_cpus:
+        host["CpusetCpus"] = plan.cpuset_cpus
+    if plan.restart_retries:
+        host["RestartPolicy"] = {"Name": "on-failure", "MaximumRetryCount": plan.restart_retries}
+    body: dict[str, Any] = {
+        "name": plan.name,
+        "User": plan.user,
+        "Tty": plan.tty,
+        "OpenStdin": plan.stdin,
+        "StdinOnce": plan.stdin,
+        "AttachStdin": plan.stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Env": [f"{k}={v}" for k, v in plan.env.items()],
+        "Cmd": list(plan.command),
+        "Image": plan.image,
+        "NetworkDisabled": False,
+        "WorkingDir": plan.workdir,
+        "HostConfig": host,
+        "Labels": dict(plan.labels),
+        "StopSignal": "SIGTERM",
+        "StopTimeout": plan.stop_timeout,
+    }
+    if plan.hostname:
+        body["Hostname"] = plan.hostname
+    return body
+
+
+def _device(text: str) -> dict[str, str]:
+    parts = text.split(":")
+    return {
+        "PathOnHost": parts[0],
+        "PathInContainer": parts[1] if len(parts) > 1 else parts[0],
+        "CgroupPermissions": parts[2] if len(parts) > 2 else "rwm",
+    }

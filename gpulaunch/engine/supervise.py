@@ -22,14 +22,13 @@ import contextlib
 import os
 import select
 import signal
-import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from gpulaunch.engine.docker_api import Engine, attach_output
-from gpulaunch.engine.runspec import RunPlan, sdk_kwargs
+from gpulaunch.engine.runspec import RunPlan, create_body
 from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
 
 _SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
@@ -172,7 +171,7 @@ def start(
             drop(name)
     while True:
         try:
-            return engine.create_container(sdk_kwargs(plan), before_start=attach)
+            return engine.create_container(create_body(plan), before_start=attach)
         except RlimitRefused as err:
             if err.rlimit not in plan.ulimits:
                 raise
@@ -347,19 +346,14 @@ def _attach_socket(container: Any, stdin: bool) -> Any:
 def _frames(sock: Any, tty: bool) -> Iterator[tuple[int, bytes]]:
     """(1 for stdout / 2 for stderr, bytes) as the engine sends them; with a terminal, all
     is stdout."""
-    from docker.utils.socket import frames_iter
+    from gpulaunch.engine.api.containers import frames
 
-    return iter(frames_iter(sock, tty))
-
-
-def _raw_socket(sock: Any) -> Any:
-    return getattr(sock, "_sock", sock)
+    return frames(sock.read, tty)
 
 
 def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
     """Copy `fd` to the job until end-of-file (then close the job's stdin, as `docker run -i`
     does) or until the job ends. Polls, so it never outlives the job by more than 0.2 s."""
-    raw = _raw_socket(sock)
     eof = False
     try:
         while not stop.is_set():
@@ -370,17 +364,15 @@ def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
             if not data:
                 eof = True
                 break
-            raw.sendall(data)
+            sock.sendall(data)
     except (OSError, ValueError):
         return  # the job ended (socket closed) or stdin went away
     if eof:
         with contextlib.suppress(OSError):
-            raw.shutdown(socket.SHUT_WR)
+            sock.shutdown_write()
 
 
 def _close_socket(sock: Any) -> None:
-    with contextlib.suppress(Exception):
-        _raw_socket(sock).close()
     with contextlib.suppress(Exception):
         sock.close()
 

@@ -77,9 +77,9 @@ def test_auto_with_gpus_and_runtime_takes_them_all(fake_nvml: FakeNvml) -> None:
     engine = FakeEngine(runtime=True)
     assert _choose(engine) == ("all", None)
     (probe,) = engine.created
-    assert probe["command"] == ["true"]
-    assert probe["labels"]["io.gpulaunch.run-id"]  # ours, like any job
-    assert probe["device_requests"][0]["Count"] == -1
+    assert probe["Cmd"] == ["true"]  # the engine's create body (runspec.create_body)
+    assert probe["Labels"]["io.gpulaunch.run-id"]  # ours, like any job
+    assert probe["HostConfig"]["DeviceRequests"][0]["Count"] == -1
     assert len(engine.discarded) == 1
 
 

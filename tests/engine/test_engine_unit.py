@@ -46,10 +46,13 @@ def test_broken_context_is_an_engine_error(tmp_path: Path) -> None:
 
 def test_unreachable_engine_is_one_line() -> None:
     engine = Engine({"DOCKER_HOST": "unix:///nonexistent/docker.sock", "PATH": ""})
-    with pytest.raises(EngineError) as info:
-        engine.client()
-    assert info.value.message.startswith("cannot reach the Docker engine at unix:///nonexistent")
-    assert "\n" not in info.value.message
+    for ask in (engine.client, engine.api):  # the SDK (build, push) and the stdlib client
+        with pytest.raises(EngineError) as info:
+            ask()
+        assert info.value.message.startswith(
+            "cannot reach the Docker engine at unix:///nonexistent"
+        )
+        assert "\n" not in info.value.message
 
 
 def test_cli_build_argv(tmp_path: Path) -> None:
@@ -176,48 +179,38 @@ def test_prepare_build_dry_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_transport_error_while_starting_is_an_engine_error_and_removes_the_container() -> None:
-    """A read timeout or dropped connection from the HTTP layer (requests) between create and
-    start: exit 3 with one line (and smoke's JUnit/summary), never an untranslated error."""
+    """A dropped connection from the SDK's HTTP layer (requests, under an ssh:// engine)
+    between create and start: exit 3 with one line (and smoke's JUnit/summary), never an
+    untranslated error; the created container is removed."""
     import requests
 
-    removed: list[str] = []
-
-    class Created:
-        id = "c1"
-
-        def remove(self, force: bool = False) -> None:
-            removed.append(self.id)
+    calls: list[tuple[str, str]] = []
 
     class Api:
-        _version = "1.41"
+        host = "ssh://box"
+        timeout = 60.0
 
-        def create_container(self, **_kwargs: Any) -> dict[str, str]:
-            return {"Id": "c1"}
-
-    class Client:
-        api = Api()
-
-        class containers:  # the SDK's attribute
-            @staticmethod
-            def get(_id: str) -> Created:
-                return Created()
+        def call(self, method: str, path: str, *_args: Any, **_kwargs: Any) -> Any:
+            calls.append((method, path))
+            if path == "/containers/create":
+                return {"Id": "c1"}
+            return {"Id": "c1", "Name": "/gl-x"}
 
     engine = Engine({"PATH": ""})
-    engine._client = Client()
+    engine._api = Api()  # type: ignore[assignment]
 
     def attach(_container: Any) -> None:
         raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=60)")
 
     with pytest.raises(EngineError, match=r"^Docker engine: Read timed out"):
-        engine.create_container({"image": "img:tag", "command": ["true"]}, before_start=attach)
-    assert removed == ["c1"]
+        engine.create_container({"name": "gl-x", "Image": "img:tag"}, before_start=attach)
+    assert calls[-1] == ("DELETE", "/containers/c1")
 
 
 def test_the_nvidia_driver_rule_refusal_is_kept_from_a_long_oci_error() -> None:
     """nvidia-container-cli's `unsatisfied condition: cuda>=X` comes after hundreds of
     characters of runc text: it must survive the 400-character cut (the explainer reads it)."""
-    from docker.errors import APIError
-
+    from gpulaunch.engine.api.http import ApiError
     from gpulaunch.records.explain import Evidence, explain
 
     noise = "container_linux.go:265: starting container process caused " * 12
@@ -228,18 +221,16 @@ def test_the_nvidia_driver_rule_refusal_is_kept_from_a_long_oci_error() -> None:
     )
 
     class Api:
-        _version = "1.41"
+        host = "unix:///x.sock"
+        timeout = 60.0
 
-        def create_container(self, **_kwargs: Any) -> dict[str, str]:
-            raise APIError("500 Server Error", explanation=reply)
-
-    class Client:
-        api = Api()
+        def call(self, *_args: Any, **_kwargs: Any) -> Any:
+            raise ApiError(500, reply)
 
     engine = Engine({"PATH": ""})
-    engine._client = Client()
+    engine._api = Api()  # type: ignore[assignment]
     with pytest.raises(EngineError) as caught:
-        engine.create_container({"image": "img:tag", "command": ["true"]})
+        engine.create_container({"name": "gl-x", "Image": "img:tag"})
     assert caught.value.message == (
         "the NVIDIA runtime refused to start the container: "
         "requirement error: unsatisfied condition: cuda>=12.8"

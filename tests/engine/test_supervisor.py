@@ -305,7 +305,7 @@ def test_a_refused_memlock_is_dropped_with_a_warning_and_the_job_runs() -> None:
     assert "memlock" in plan.ulimits
     code, cap = _supervise(engine, plan)
     assert code == 0
-    limits = [[u["Name"] for u in kw.get("ulimits") or []] for kw in engine.created]
+    limits = [[u["Name"] for u in kw["HostConfig"]["Ulimits"]] for kw in engine.created]
     assert "memlock" in limits[0] and "memlock" not in limits[1], limits
     assert "stack" in limits[1]  # only the refused limit went
     assert cap.warnings == [
@@ -323,7 +323,7 @@ def test_a_refusal_is_remembered_and_the_next_run_creates_once_with_the_same_war
     code, cap = _supervise(engine, _plan())  # the engine still refuses; it is not asked
     assert code == 0
     assert len(engine.created) == 1, "created twice although the refusal was known"
-    assert [u["Name"] for u in engine.created[0]["ulimits"]] == ["stack"]
+    assert [u["Name"] for u in engine.created[0]["HostConfig"]["Ulimits"]] == ["stack"]
     assert cap.warnings == [
         "warning: the engine refused ulimit memlock (its own limit is lower); running with its "
         "default. InfiniBand/GPUDirect need memlock=-1"

@@ -65,42 +65,46 @@ def test_mask_env_and_data() -> None:
 # -- which containers are ours ------------------------------------------------------------
 
 
-class FakeContainers:
-    def __init__(self, items: list[Any]) -> None:
-        self.items = {c.name: c for c in items}
+class FakeApi:
+    """The engine's HTTP API as the stdlib client sees it: containers and images by name."""
+
+    host = "unix:///fake.sock"
+    timeout = 60.0
+
+    def __init__(self, containers: list[dict[str, Any]], images: dict[str, dict[str, str]]):
+        self.containers = {c["Name"].lstrip("/"): c for c in containers}
+        self.images = images
         self.filters: list[Any] = []
 
-    def get(self, ident: str) -> Any:
-        from docker.errors import NotFound
+    def call(self, method: str, path: str, query: Any = None, *_args: Any, **_kw: Any) -> Any:
+        from gpulaunch.engine.api.http import ApiError
 
-        if ident not in self.items:
-            raise NotFound("no such container")
-        return self.items[ident]
+        parts = path.strip("/").split("/")
+        if path == "/containers/json":
+            self.filters.append(json.loads(query["filters"]))
+            key = json.loads(query["filters"])["label"][0]
+            found = self.containers.values()
+            return [{"Id": c["Name"].lstrip("/")} for c in found if key in c["Config"]["Labels"]]
+        if parts[0] == "containers" and parts[1] in self.containers:
+            return self.containers[parts[1]]
+        if parts[0] == "images" and parts[1] in self.images:
+            return {"Id": parts[1], "Config": {"Labels": self.images[parts[1]]}}
+        raise ApiError(404, f"No such object: {parts[1]}")
 
-    def list(self, all: bool = False, filters: Any = None) -> list[Any]:
-        self.filters.append(filters)
-        key = filters["label"]
-        return [c for c in self.items.values() if key in c.labels]
 
-
-def fake_engine(containers: list[Any], images: dict[str, dict[str, str]]) -> Engine:
+def fake_engine(containers: list[dict[str, Any]], images: dict[str, dict[str, str]]) -> Engine:
     engine = Engine(env={})
-
-    def inspect_image(image_id: str) -> dict[str, Any]:
-        from docker.errors import ImageNotFound
-
-        if image_id not in images:
-            raise ImageNotFound("gone")
-        return {"Config": {"Labels": images[image_id]}}
-
-    engine._client = SimpleNamespace(
-        containers=FakeContainers(containers), api=SimpleNamespace(inspect_image=inspect_image)
-    )
+    engine._api = FakeApi(containers, images)  # type: ignore[assignment]
     return engine
 
 
-def container(name: str, labels: dict[str, str], image: str = "img") -> Any:
-    return SimpleNamespace(name=name, labels=labels, attrs={"Image": image})
+def container(name: str, labels: dict[str, str], image: str = "img") -> dict[str, Any]:
+    """A container's inspect answer."""
+    return {"Id": name, "Name": "/" + name, "Config": {"Labels": labels}, "Image": image}
+
+
+def names(found: list[Any]) -> list[str]:
+    return [c.name for c in found]
 
 
 MANAGED_IMAGE = {"io.gpulaunch.managed": "true", "io.gpulaunch.project": "p"}
@@ -131,13 +135,12 @@ R1, R2 = "20261204-101500-a1b2c3", "20261204-101501-d4e5f6"  # run ids of `new_r
 def test_ours_only_by_own_run_id(
     labels: dict[str, str], image_labels: dict[str, str], ours: bool
 ) -> None:
-    c = container("c", labels)
-    engine = fake_engine([c], {"img": image_labels})
-    assert (engine.run_id_of(c) is not None) is ours
-    assert (engine.list_managed(True) == [c]) is ours
-    assert (engine.find_leftover("c", labels.get(RUN_ID_LABEL, "x")) is c) is ours
+    engine = fake_engine([container("c", labels)], {"img": image_labels})
+    assert (names(engine.list_managed(True)) == ["c"]) is ours
+    leftover = engine.find_leftover("c", labels.get(RUN_ID_LABEL, "x"))
+    assert (leftover is not None and leftover.name == "c") is ours
     if ours:
-        assert engine.get_managed("c") is c
+        assert engine.get_managed("c").name == "c"
     else:
         with pytest.raises(EngineError, match="not started by `gpulaunch run`"):
             engine.get_managed("c")
@@ -146,19 +149,18 @@ def test_ours_only_by_own_run_id(
 def test_lookups_filter_on_run_id_not_the_inheritable_managed_label() -> None:
     engine = fake_engine([container("plain", dict(MANAGED_IMAGE))], {"img": MANAGED_IMAGE})
     assert engine.list_managed(True) == []
-    assert engine._client.containers.filters == [{"label": RUN_ID_LABEL}]
+    assert engine._api.filters == [{"label": [RUN_ID_LABEL]}]  # type: ignore[union-attr]
 
 
 def test_leftover_of_another_run_is_not_touched() -> None:
-    other = container("gl-p-1", {RUN_ID_LABEL: R2})
-    engine = fake_engine([other], {"img": {}})
+    engine = fake_engine([container("gl-p-1", {RUN_ID_LABEL: R2})], {"img": {}})
     assert engine.find_leftover("gl-p-1", R1) is None
-    assert engine.find_leftover("gl-p-1", R2) is other
+    assert engine.find_leftover("gl-p-1", R2).name == "gl-p-1"
 
 
 def test_image_gone_counts_as_nothing_inherited() -> None:
-    c = container("c", {RUN_ID_LABEL: R1}, image="deleted")
-    assert fake_engine([c], {}).run_id_of(c) == R1
+    engine = fake_engine([container("c", {RUN_ID_LABEL: R1}, image="deleted")], {})
+    assert engine.run_id_of(engine.get_managed("c")) == R1
 
 
 # -- run: SCRIPT vs -- COMMAND ------------------------------------------------------------
