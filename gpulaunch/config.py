@@ -23,6 +23,7 @@ from pydantic import (
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.textcheck import bad_char, env_item, parse_gpus, single_line, split_mount
+from gpulaunch.textcheck import parse_price as parse_price  # its home: below pydantic
 from gpulaunch.yamlio import CONFIG_NAME as CONFIG_NAME  # its home: below pydantic
 from gpulaunch.yamlio import parse_yaml_bytes, read_bytes
 
@@ -366,17 +367,6 @@ class ProjectConfig(_Model):
                 f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
             )
         return value
-
-
-_PRICE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
-
-
-def parse_price(value: Any) -> str:
-    """A non-negative price as a decimal string ("2.49"); YAML gives "2.49" (no floats) or 3."""
-    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-    if text is None or not _PRICE.fullmatch(text):
-        raise ValueError(f"{value!r} is not a price (a number such as 2.49)")
-    return text
 
 
 def sanitize_name(text: str) -> str:
