@@ -321,3 +321,23 @@ def test_the_fingerprint_covers_every_module_validation_runs() -> None:
     loaded = {name.removeprefix("gpulaunch.") for name in json.loads(out.replace("'", '"'))}
     files = {os.path.splitext(name)[0] for name in configcache._CODE}
     assert loaded - {"gpulaunch"} <= files - {"__init__", "configcache"}
+
+
+def test_a_linked_cache_folder_is_never_written_through(in_tmp: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache_dir().mkdir(parents=True)
+    (cache_dir() / "config").symlink_to(elsewhere)
+    (in_tmp / "gpulaunch.yaml").write_text("name: linked\n")
+    for _ in range(2):  # validated both times: nothing was remembered
+        loaded = load(in_tmp / "gpulaunch.yaml", (), write=True)
+        assert not isinstance(loaded, ConfigView) and loaded.name == "linked"
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_an_unwritable_cache_never_fails_the_command(in_tmp: Path) -> None:
+    cache_dir().parent.mkdir(parents=True)
+    cache_dir().write_text("a file where the folder should be")
+    (in_tmp / "gpulaunch.yaml").write_text("name: unwritable\n")
+    result = CliRunner().invoke(app, ["history"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
