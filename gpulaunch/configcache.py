@@ -63,14 +63,17 @@ def load(path: Path, overrides: Sequence[str] = (), *, write: bool) -> Any:
     a ConfigView tree, a miss the pydantic model."""
     raw = read_bytes(path)
     where = entry_path(path, overrides)
-    key = cache_key(raw, path, overrides)
-    hit = _read(where, key)
+    try:
+        key: str | None = cache_key(raw, path, overrides)
+    except (OSError, ValueError):  # gpulaunch's sources unreadable (a zipped install): no cache
+        key = None
+    hit = _read(where, key) if key is not None else None
     if hit is not None:
         return hit
     from gpulaunch.config import load_config_bytes
 
     config = load_config_bytes(raw, path, overrides)
-    if write:
+    if write and key is not None:
         _write(where, key, config)
     return config
 

@@ -341,3 +341,12 @@ def test_an_unwritable_cache_never_fails_the_command(in_tmp: Path) -> None:
     (in_tmp / "gpulaunch.yaml").write_text("name: unwritable\n")
     result = CliRunner().invoke(app, ["history"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
+
+
+def test_unreadable_sources_mean_no_cache(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zipped or pyc-only install has no source to hash: validate every time, never fail."""
+    monkeypatch.setattr(configcache, "_CODE", ("no-such-module.py",))
+    (in_tmp / "gpulaunch.yaml").write_text("name: zipped\n")
+    for _ in range(2):
+        assert not isinstance(load(in_tmp / "gpulaunch.yaml", (), write=True), ConfigView)
+    assert not cache_dir().exists()
