@@ -242,5 +242,5 @@ def write_cache(path: Path, data: object, *, root: Path) -> None:
     recomputes). Never called by --dry-run."""
     import json
 
-    with contextlib.suppress(ConfigError, OSError, ValueError, TypeError):
+    with contextlib.suppress(ConfigError, DiskFull, OSError, ValueError, TypeError):
         write_file(path, json.dumps(data, sort_keys=True), root=root, force=True, mode=0o600)

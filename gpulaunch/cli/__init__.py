@@ -1,23 +1,283 @@
-"""The command line: the typer app (`app.py`: error mapping and shared options) and the
-commands grouped by topic (`image.py`: init / render / versions / schema / build / catalog
-update; `jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor;
-`records.py`: history / rerun / explain; `cluster.py`: export / submit; `profiles.py`).
-Views (`views.py`) turn results into rich tables.
+"""The command line: the typer app (`app.py`: error mapping, shared options) and the commands
+grouped by topic (`image.py`: init / render / versions / schema / build / catalog update;
+`jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor; `records.py`: history /
+rerun / explain; `cluster.py`: export / submit; `profiles.py`). Views (`views.py`) turn
+results into rich tables. This file is the index of the root's commands.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
 one core function from `image`, `launch` or `engine`, and prints; every domain error is
 mapped to its exit code in `app.handle_errors`. A new command goes into the module of its
-topic (or a new one beside them), registered by the import below.
+topic (or a new one beside them) and gets a row in `COMMANDS` below, which names the module
+that registers it: only the module of the command being run is imported (`LazyCommands`).
+
+`root_help` prints `gpulaunch --help` as typer's rich help does, from `COMMANDS` and with
+rich's console, table and panel only: typer.rich_utils would also import rich's markdown,
+syntax, traceback and pretty modules (tests/cli/test_lazy_group.py compares the two outputs).
 """
 
-from gpulaunch.cli import (  # noqa: F401 - registers the commands
-    ci,
-    cluster,
-    image,
-    jobs,
-    profiles,
-    records,
-)
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any, ClassVar
+
+from typer.main import get_command_from_info, get_command_name, get_group_from_info
+
 from gpulaunch.cli.app import app, main
 
-__all__ = ["app", "main"]
+__all__ = ["COMMANDS", "LazyCommands", "app", "main", "root_help"]
+
+# The root's commands: name -> (the cli module that registers it, its help's first paragraph).
+# Only the command being run is imported and built (`LazyCommands`); `gpulaunch --help` prints
+# these lines (root_help). tests/cli/test_lazy_group.py keeps this table equal to the commands
+# the modules register, in typer's order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("image", "Write a validated gpulaunch.yaml (and a .dockerignore) for a project."),
+    "render": ("image", "Print the Dockerfile for gpulaunch.yaml."),
+    "versions": ("image", "Show the catalog: valid torch / CUDA / Python / driver combinations."),
+    "schema": ("image", "Print the JSON Schema of gpulaunch.yaml (for editors)."),
+    "build": (
+        "image",
+        "Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists.",
+    ),
+    "run": (
+        "jobs",
+        "Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.",
+    ),
+    "ps": ("jobs", "List containers started by `gpulaunch run` (by their run-id label)."),
+    "logs": ("jobs", "Show the output of a gpulaunch container."),
+    "stop": (
+        "jobs",
+        "Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container.",
+    ),
+    "shell": (
+        "jobs",
+        "Open a shell in the project's image, with `run`'s mounts, GPUs and env (no torchrun).",
+    ),
+    "smoke": (
+        "ci",
+        "Build if needed and run the job briefly for CI: GPULAUNCH_SMOKE=1 and\n"
+        "GPULAUNCH_SMOKE_STEPS=N in its environment, a timeout, JUnit XML, a GitHub step summary.",
+    ),
+    "doctor": (
+        "ci",
+        "Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,\n"
+        "shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.",
+    ),
+    "history": (
+        "records",
+        "The project's runs (.gpulaunch/runs/): command, image, GPUs, exit, GPU-hours, cost.",
+    ),
+    "rerun": (
+        "records",
+        "Run a recorded run again: same command, flags and profile, on the same image id.",
+    ),
+    "explain": (
+        "records",
+        "Why a run failed: its output matched against known failures (cause and fix).",
+    ),
+    "catalog": ("image", "The version catalog: refresh it from PyPI into a user overlay."),
+    "export": (
+        "cluster",
+        "Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
+    ),
+    "submit": ("cluster", "Export and hand the job to the cluster (kubectl apply, sbatch)."),
+    "profiles": (
+        "profiles",
+        "Launch profiles: list them, or show one resolved with the source of each value.",
+    ),
+}
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The root group's `commands`: every name of COMMANDS, each command imported and built by
+    typer the first time it is asked for, so a command pays for itself only (typer builds every
+    command's parameters up front). Everything click and typer do with `commands` (resolve,
+    suggest a close name, complete, list) works on it unchanged."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            command = _build(name)
+            if command is None:
+                raise KeyError(name)
+            self._built[name] = command
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("the root's commands are fixed by COMMANDS")
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._built]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*COMMANDS, *self._built]))
+
+
+def _build(name: str) -> Any:
+    """The click command `name` as typer's own group build makes it (None: not a command)."""
+    if name not in COMMANDS:
+        return None
+    importlib.import_module(f"gpulaunch.cli.{COMMANDS[name][0]}")
+    short, mode = app.pretty_exceptions_short, app.rich_markup_mode
+    for info in app.registered_commands:
+        if info.callback and (info.name or get_command_name(info.callback.__name__)) == name:
+            return get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=mode)
+    for group in app.registered_groups:
+        if group.name == name:
+            suggest = getattr(app, "suggest_commands", None)  # typer >= 0.16
+            extra = {} if suggest is None else {"suggest_commands": suggest}
+            return get_group_from_info(
+                group, pretty_exceptions_short=short, rich_markup_mode=mode, **extra
+            )
+    return None
+
+
+_THEME = {
+    "option": "bold cyan",
+    "switch": "bold green",
+    "negative_option": "bold magenta",
+    "negative_switch": "bold red",
+    "types": "bold yellow",
+    "types_sep": "dim",
+    "usage": "yellow",
+}
+
+
+def _plain(group: Any, ctx: Any, params: list[Any]) -> bool:
+    """Whether root_help prints this group's help exactly as typer would: rich markup, options
+    in one panel, no arguments, shown defaults, ranges, env vars, negative flags, epilog or
+    ANSI text."""
+    from typer.core import TyperOption
+
+    def extra(p: Any) -> bool:  # typer.rich_utils._get_parameter_help's default / env var
+        autoenv = p.allow_from_autoenv and ctx.auto_envvar_prefix is not None and p.name
+        named = isinstance(p.show_default, str)
+        value = p._extract_default_help_str(ctx=ctx)
+        shown = named or (value is not None and (p.show_default or ctx.show_default))
+        return bool(
+            (p.show_envvar and (p.envvar or autoenv))
+            or (
+                shown
+                and p._get_default_string(ctx=ctx, show_default_is_str=named, default_value=value)
+            )
+        )
+
+    texts = [group.help or "", *(p.help or "" for p in params)]
+    return (
+        group.rich_markup_mode == "rich"
+        and not group.deprecated
+        and not group.epilog
+        and not any("\033[" in text for text in texts)
+        and all(
+            isinstance(p, TyperOption)
+            and not (p.secondary_opts or p.required or extra(p))
+            and not getattr(p, "rich_help_panel", None)
+            and not p._get_number_range_help_str()
+            and callable(p.display_type_rich)
+            for p in params
+        )
+    )
+
+
+def root_help(group: Any, ctx: Any) -> bool:
+    """typer.rich_utils.rich_format_help for the root group, its commands from COMMANDS; False
+    (nothing printed) when the group uses what this copy leaves out (see `_plain`)."""
+    params = [p for p in group.get_params(ctx) if not getattr(p, "hidden", False)]
+    try:
+        if not _plain(group, ctx, params):
+            return False
+    except AttributeError:  # a typer whose parameters differ from 0.29's: its own renderer
+        return False
+    from rich.align import Align
+    from rich.columns import Columns
+    from rich.console import Console, Group
+    from rich.highlighter import RegexHighlighter
+    from rich.padding import Padding
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+    from rich.theme import Theme
+
+    class Highlighter(RegexHighlighter):
+        highlights: ClassVar[list[str]] = [
+            r"(^|\W)(?P<switch>\-\w+)(?![a-zA-Z0-9])",
+            r"(^|\W)(?P<option>\-\-[\w\-]+)(?![a-zA-Z0-9])",
+            r"(?P<types>\<[^\>]+\>)",
+            r"(?P<usage>Usage: )",
+        ]
+
+    class TypesHighlighter(RegexHighlighter):
+        highlights: ClassVar[list[str]] = [
+            r"^(?P<types_sep>(\[|<))",
+            r"(?P<types_sep>\|)",
+            r"(?P<types_sep>(\]|>))(\.\.\.)?$",
+        ]
+
+    highlight, types = Highlighter(), TypesHighlighter()
+    force = os.getenv("GITHUB_ACTIONS") or os.getenv("FORCE_COLOR") or os.getenv("PY_COLORS")
+    width = os.getenv("TERMINAL_WIDTH")
+    console = Console(
+        theme=Theme(_THEME),
+        highlighter=highlight,
+        color_system="auto",
+        force_terminal=False
+        if os.getenv("_TYPER_FORCE_DISABLE_TERMINAL")
+        else (True if force else None),
+        width=int(width) if width else None,
+    )
+
+    def rich_text(text: str, style: str = "") -> Text:
+        return highlight(Text.from_markup(inspect.cleandoc(text), style=style))
+
+    def panel(table: Table, title: str) -> None:
+        console.print(Panel(table, border_style="dim", title=title, title_align="left"))
+
+    def grid(**extra: Any) -> Table:
+        return Table(show_header=False, expand=True, box=None, pad_edge=False, **extra)
+
+    console.print(Padding(highlight(group.get_usage(ctx)), 1), style="bold")
+    if group.help:
+        first, *rest = inspect.cleandoc(group.help).partition("\f")[0].split("\n\n")
+        if not first.startswith("\b"):
+            first = first.replace("\n", " ")
+        parts = [rich_text(first.strip())]
+        if rest:
+            parts += [Text(""), rich_text("\n\n".join(rest), style="dim")]
+        console.print(Padding(Align(Group(*parts), pad=False), (0, 1, 1, 1)))
+    if params:
+        options = grid(highlight=True)
+        for param in params:
+            kind = Text(style="bold yellow", overflow="fold")
+            kind.append(param.display_type_rich(ctx=ctx) or "")
+            paragraphs = (param.help or "").split("\n\n")
+            text = "\n".join(
+                x.replace("\n", " ").strip() if not x.startswith("\b") else x.strip("\b\n") + "\n"
+                for x in paragraphs
+            ).strip()
+            options.add_row(
+                highlight(",".join(o for o in param.opts if "--" in o)),
+                highlight(",".join(o for o in param.opts if "--" not in o)),
+                Text(""),
+                Text(""),
+                types(kind),
+                Columns([rich_text(text)] if param.help else []),
+            )
+        panel(options, "Options")
+    commands = grid(highlight=False)
+    commands.add_column(style="bold cyan", no_wrap=True, width=max(map(len, COMMANDS)))
+    commands.add_column("Description", justify="left", no_wrap=False, ratio=10)
+    for name, (_, text) in COMMANDS.items():
+        commands.add_row(Text(name), rich_text(text.strip()))
+    panel(commands, "Commands")
+    return True

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from gpulaunch import __version__
 from gpulaunch.errors import ExitCode, GpulaunchError
@@ -29,7 +29,20 @@ from gpulaunch.errors import ExitCode, GpulaunchError
 
 class _Group(TyperGroup):
     """Usage errors (bad flag values, missing arguments) as one `gpulaunch: error:` line with
-    exit 2, like every other bad input, instead of click's multi-line box."""
+    exit 2, like every other bad input, instead of click's multi-line box. Commands are built
+    on demand and the top-level help is printed from a table (gpulaunch/cli/__init__.py)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        from gpulaunch.cli import LazyCommands
+
+        super().__init__(**attrs)
+        self.commands = LazyCommands(self.commands)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from gpulaunch.cli import root_help
+
+        if not root_help(self, ctx):
+            super().format_help(ctx, formatter)
 
     def main(  # type: ignore[override]
         self,
@@ -89,6 +102,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+# Where `_RunCommand` keeps the words after `--` (ctx.meta): run, shell, smoke and rerun.
+AFTER_DASHDASH = "gpulaunch.after_dashdash"
+
+
+class _RunCommand(TyperCommand):
+    """Keeps what follows the first `--` out of click's parser, verbatim.
+
+    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
+    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

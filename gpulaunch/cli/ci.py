@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import (
+    AFTER_DASHDASH,
     ConfigOpt,
     NetworkOpt,
     SetOpt,
@@ -19,11 +20,11 @@ from gpulaunch.cli.app import (
     _engine,
     _err,
     _load,
+    _RunCommand,
     app,
     handle_errors,
 )
 from gpulaunch.cli.image import _build_with_progress
-from gpulaunch.cli.jobs import AFTER_DASHDASH, _RunCommand
 from gpulaunch.errors import ConfigError, ExitCode
 
 

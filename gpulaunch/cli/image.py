@@ -113,6 +113,7 @@ def render(
     sets: SetOpt = None,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.engine.replies import remember_probes
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
@@ -123,6 +124,7 @@ def render(
     for warning in plan.resolved.warnings:
         _err(f"warning: {warning}")
     warn_if_stale()
+    remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
     if is_stdout(output):
         typer.echo(text, nl=False)
     else:
@@ -153,15 +155,17 @@ def versions(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show the catalog: valid torch / CUDA / Python / driver combinations."""
-    from gpulaunch.cli.views import matrix_json, matrix_table
+    from gpulaunch.cli.views import matrix_json, matrix_table, matrix_text
 
     warn_if_stale()
     if as_json:
         typer.echo(json.dumps(matrix_json(torch, cuda), indent=2))
+    elif not sys.stdout.isatty():
+        typer.echo(matrix_text(torch, cuda), nl=False)
     else:
         from rich.console import Console
 
-        Console(width=None if sys.stdout.isatty() else 160).print(matrix_table(torch, cuda))
+        Console().print(matrix_table(torch, cuda))
 
 
 @app.command()

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
 
 from gpulaunch.cli.app import (
+    AFTER_DASHDASH,
     ConfigOpt,
     NetworkOpt,
     SetOpt,
@@ -19,13 +19,12 @@ from gpulaunch.cli.app import (
     _engine,
     _err,
     _load,
+    _RunCommand,
     app,
     handle_errors,
 )
 from gpulaunch.cli.image import _build_with_progress, _builder_choice
 from gpulaunch.errors import ConfigError
-
-AFTER_DASHDASH = "gpulaunch.after_dashdash"
 
 InteractiveOpt = Annotated[
     bool | None,
@@ -56,21 +55,6 @@ ImageOpt = Annotated[
     str | None, typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build.")
 ]
 RebuildOpt = Annotated[bool, typer.Option(help="Rebuild the image first.")]
-
-
-class _RunCommand(TyperCommand):
-    """Keeps what follows the first `--` out of click's parser, verbatim.
-
-    click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
-    same; the raw tail goes to ctx.meta and `run` treats it as a command (or SCRIPT's args).
-    """
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta[AFTER_DASHDASH] = args[cut + 1 :]
-            args = args[:cut]
-        return super().parse_args(ctx, args)
 
 
 @app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})

@@ -11,8 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, _engine, _err, _load, app, handle_errors
-from gpulaunch.cli.jobs import AFTER_DASHDASH, _RunCommand
+from gpulaunch.cli.app import (
+    AFTER_DASHDASH,
+    ConfigOpt,
+    _engine,
+    _err,
+    _load,
+    _RunCommand,
+    app,
+    handle_errors,
+)
 
 
 class StatusLine:

@@ -46,26 +46,25 @@ def _driver_cell(row: MatrixRow) -> str:
     return text if row.driver_verified else text + " rule unverified"
 
 
-def matrix_table(torch: str | None, cuda: str | None) -> Table:
-    from rich.table import Table
+TITLE = "PyTorch wheels x CUDA images (gpulaunch catalog)"
+COLUMNS = (
+    "torch",
+    "wheel",
+    "CUDA image",
+    "python",
+    "vision",
+    "audio",
+    "min driver",
+    "GPU archs",
+    "status",
+)
 
-    rows = _rows(torch, cuda)
+
+def _cells(rows: list[MatrixRow]) -> tuple[list[str], list[list[str]], str]:
+    """The table's headers, one list of cells per row, and its caption (both writers')."""
     overlaid = any(row.origin for row in rows)
-    table = Table(title="PyTorch wheels x CUDA images (gpulaunch catalog)")
-    for column in (
-        "torch",
-        "wheel",
-        "CUDA image",
-        "python",
-        "vision",
-        "audio",
-        "min driver",
-        "GPU archs",
-        "status",
-    ):
-        table.add_column(column, no_wrap=column in ("torch", "wheel", "CUDA image"))
-    if overlaid:
-        table.add_column("overlay", no_wrap=True)
+    headers = [*COLUMNS, "overlay"] if overlaid else list(COLUMNS)
+    body: list[list[str]] = []
     for row in rows:
         status = row.status if row.confidence == "high" else f"{row.status} ({row.confidence})"
         cells = [
@@ -81,13 +80,38 @@ def matrix_table(torch: str | None, cuda: str | None) -> Table:
         ]
         if overlaid:
             cells.append(Path(row.origin).name if row.origin else "-")
-        table.add_row(*cells)
-    table.caption = (
+        body.append(cells)
+    caption = (
         "min driver: what the image's NVIDIA_REQUIRE_CUDA needs for every GPU; "
         "* forward-compatibility branches, for the GPU brands the image lists "
         "(datacenter brands; GeForce/Titan only up to CUDA 12.4); rule unverified: an image "
         "newer than NVIDIA's Dockerfiles gpulaunch read (modelled, never a default)"
     )
     if overlaid:
-        table.caption += "; overlay: the user catalog file a row comes from (--json: origin)"
+        caption += "; overlay: the user catalog file a row comes from (--json: origin)"
+    return headers, body, caption
+
+
+def matrix_table(torch: str | None, cuda: str | None) -> Table:
+    """The matrix as a rich table (a terminal: wrapped to its width)."""
+    from rich.table import Table
+
+    headers, body, caption = _cells(_rows(torch, cuda))
+    table = Table(title=TITLE, caption=caption)
+    for column in headers:
+        table.add_column(column, no_wrap=column in ("torch", "wheel", "CUDA image", "overlay"))
+    for cells in body:
+        table.add_row(*cells)
     return table
+
+
+def matrix_text(torch: str | None, cuda: str | None) -> str:
+    """The same table as aligned plain text, one row per line and nothing cut or wrapped
+    (stdout is a pipe or a file: grep/awk read it; rich would take longer than the rest)."""
+    headers, body, caption = _cells(_rows(torch, cuda))
+    widths = [max(len(cells[i]) for cells in [headers, *body]) for i in range(len(headers))]
+    lines = [TITLE]
+    for cells in [headers, *body]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    lines.append(caption)
+    return "\n".join(lines) + "\n"

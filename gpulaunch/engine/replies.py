@@ -1,20 +1,23 @@
 """What the engine and its CLI answer: which docker CLI can build with BuildKit (`docker
 buildx`, 23+, or a pre-23 client behind DOCKER_BUILDKIT=1; None: the SDK's classic builder),
-probed without a daemon and kept per process for the same binaries (a command asks more than
-once, and each probe runs two subprocesses per `docker` on PATH); its version text; short
+probed without a daemon and kept per process and, by builds and runs, in the user cache for
+the same binaries, plugins and DOCKER_* variables (a command asks more than once, and each
+probe runs two subprocesses per `docker` on PATH); its version text; short
 error texts; whether an error came from the HTTP layer under the SDK, and that error as the
 one line naming the engine that stopped answering; and what an engine refused before (below:
 `refused_ulimits`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gpulaunch.engine.buildspec import DockerCli
 from gpulaunch.errors import ConfigError, EngineError
@@ -104,17 +107,40 @@ CLI_PROBE_TIMEOUT_S = 10
 
 # by (each candidate's path and file identity, DOCKER_CONFIG): a replaced binary is asked anew
 _PROBED: dict[tuple[object, ...], DockerCli | None] = {}
+_FRESH: dict[str, tuple[list[object], DockerCli | None]] = {}  # probed here, not yet saved
 
 
 def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
-    """The docker CLI a build uses, from GPULAUNCH_BUILDER, GPULAUNCH_DOCKER_CLI and PATH."""
+    """The docker CLI a build uses, from GPULAUNCH_BUILDER, GPULAUNCH_DOCKER_CLI and PATH:
+    kept per process, and across processes in the user cache (read here; written only by
+    `remember_probes`, which a dry run never calls)."""
     if env.get("GPULAUNCH_BUILDER") == "classic":
         return None
     candidates = _candidates(env)
     key = cli_key(env, candidates)
     if key not in _PROBED:
-        _PROBED[key] = _probe(candidates, _probe_env(env))
+        disk_key = probe_key(env, candidates)
+        found = _cached_probe(disk_key, candidates)
+        if found is False:
+            found = _probe(candidates, _probe_env(env))
+            _FRESH[_digest(disk_key)] = (disk_key, found)
+        _PROBED[key] = found
     return _PROBED[key]
+
+
+def remember_probes(now: float | None = None) -> None:
+    """Save what this process probed to the user cache (build and run call it; a failed
+    write is ignored; a dry run never calls it)."""
+    if not _FRESH:
+        return
+    now = time.time() if now is None else now
+    entries = _probe_entries()
+    for digest, (disk_key, cli) in _FRESH.items():
+        answer = None if cli is None else [cli.path, cli.mode]
+        entries[digest] = {"at": now, "key": disk_key, "cli": answer}
+    _FRESH.clear()
+    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENGINES]
+    write_cache(_probe_path(), {k: entries[k] for k in newest}, root=cache_dir().parent)
 
 
 def _candidates(env: Mapping[str, str]) -> list[str]:
@@ -171,6 +197,121 @@ def _output(path: str, args: list[str], env: dict[str, str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# -- the probe's answer across processes ----------------------------------------------------
+# Two subprocesses per candidate (about 100 ms) on every render, build and dry run: the answer
+# is kept in the user cache, keyed by all it depends on (`probe_key`), for a day at most.
+# Read by every command, written only by build and run (`remember_probes`). An entry that is
+# missing, corrupt, stale, planted under another key or naming a binary that is not a
+# candidate only means probing again.
+
+PROBE_FILE = "docker-cli.json"
+PROBE_FORMAT = 1
+PLUGIN_DIRS = (  # where the docker CLI looks for docker-buildx, after DOCKER_CONFIG's
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
+)
+_PROBE_IGNORES = ("DOCKER_HOST", "DOCKER_CONTEXT")  # the probe sets or drops these itself
+
+
+def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
+    """What the probe's answer depends on: each candidate binary (path, real path, inode,
+    size, mtime, ctime), the docker config (config.json names extra plugin folders), every
+    docker-buildx plugin file the CLI could find, and a digest of the DOCKER_* / BUILDX_*
+    variables the probe passes on (a digest: their values may be secrets)."""
+    import hashlib
+    import json
+
+    from gpulaunch import __version__
+
+    home = env.get("HOME") or str(Path.home())
+    config = Path(env.get("DOCKER_CONFIG") or Path(home) / ".docker")
+    extra: list[str] = []  # a config that cannot be read or parsed names none
+    with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
+        dirs = json.loads(_small_file(config / "config.json")).get("cliPluginsExtraDirs")
+        extra = [d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
+    plugins = [str(config / "cli-plugins"), *extra, *PLUGIN_DIRS]
+    variables = sorted(
+        (k, v)
+        for k, v in env.items()
+        if k.startswith(("DOCKER_", "BUILDX_")) and k not in _PROBE_IGNORES
+    )
+    digest = hashlib.sha256(json.dumps(variables).encode()).hexdigest()
+    return [
+        PROBE_FORMAT,
+        __version__,
+        [_identity(path) for path in candidates],
+        _identity(str(config / "config.json")),
+        [_identity(str(Path(d) / "docker-buildx")) for d in plugins],
+        digest,
+        env.get("GPULAUNCH_BUILDER"),
+    ]
+
+
+def _small_file(path: Path, limit: int = 1 << 20) -> bytes:
+    """A regular file's first MiB (a FIFO or device planted there is not waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _digest(disk_key: list[object]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(disk_key).encode()).hexdigest()[:32]
+
+
+def _probe_path() -> Path:
+    return cache_dir() / PROBE_FILE
+
+
+def _probe_entries() -> dict[str, dict[str, object]]:
+    data = read_cache(_probe_path())
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _cached_probe(
+    disk_key: list[object], candidates: list[str], now: float | None = None
+) -> DockerCli | Literal[False] | None:
+    """The saved answer for this key, or False (probe again)."""
+    import json
+
+    entry = _probe_entries().get(_digest(disk_key))
+    if entry is None or entry.get("key") != json.loads(json.dumps(disk_key)):
+        return False
+    at, cli = entry.get("at"), entry.get("cli")
+    now = time.time() if now is None else now
+    if not isinstance(at, int | float) or not 0 <= now - at <= MAX_AGE_S:
+        return False
+    if cli is None:
+        return None
+    if isinstance(cli, list) and len(cli) == 2 and cli[0] in candidates:
+        if cli[1] == "buildx":
+            return DockerCli(cli[0], "buildx")
+        if cli[1] == "env":
+            return DockerCli(cli[0], "env")
+    return False
+
+
+def _identity(path: str) -> list[str]:
+    """A file as the probe cache keys it: its path, where links lead, device, inode, size,
+    mtime and ctime (a binary replaced in place with its mtime kept still has a new ctime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path]
+    stamps = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return [path, os.path.realpath(path), *map(str, stamps)]
 
 
 def _file_key(path: str) -> tuple[str, int, int, int]:

@@ -26,6 +26,7 @@ from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
 from gpulaunch.engine.context import Entry, effective_rules, hash_entries, parse_rules, scan
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
+from gpulaunch.engine.replies import remember_probes
 from gpulaunch.errors import BuildError, ConfigError
 from gpulaunch.fsio import open_stream
 from gpulaunch.masking import mask
@@ -96,8 +97,22 @@ def build_args() -> dict[str, str]:
     return {"GL_UID": str(os.getuid()), "GL_GID": str(os.getgid())}
 
 
+def templates_dir() -> Path:
+    """render.template_root's answer without importing render (or the tag cache)."""
+    packaged = Path(__file__).resolve().parents[1] / "templates"
+    return packaged if packaged.is_dir() else packaged.parents[1] / "templates"
+
+
 def render_dockerignore() -> str:
-    """gpulaunch's default .dockerignore (render, and jinja2 with it, imported only then)."""
+    """gpulaunch's default .dockerignore: the template's own text while it holds no Jinja
+    markup (what Jinja would render; a run that finds its tag in the tag cache then imports
+    neither render, the catalog nor jinja2), else rendered."""
+    try:
+        text = (templates_dir() / "dockerignore.j2").read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = "{#"
+    if not any(mark in text for mark in ("{{", "{%", "{#", "\r")):
+        return text
     from gpulaunch.image.render import render_dockerignore as render
 
     return render()
@@ -267,6 +282,7 @@ def run_build(
             engine.tag(hit.tag, f"{config.name}:latest")
             return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
     builder: Builder = opts.builder or engine.builder_kind()
+    remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
 
@@ -309,6 +325,7 @@ def run_build(
             ) from err
     if previous is not None:
         engine.remove_if_dangling(previous)
+    remember_probes()  # --builder buildkit probes only when the build starts
     remember()
     return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)
 

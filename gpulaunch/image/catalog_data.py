@@ -27,11 +27,13 @@ _DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
 T = TypeVar("T")
 
 
+@functools.lru_cache(maxsize=4096)  # the matrix asks for the same few versions ~50,000 times
 def _vt(version: str) -> tuple[int, ...]:
     """Numeric tuple of a dotted version, so "2.10" sorts after "2.9" (never as 2.1)."""
     return tuple(int(part) for part in version.split("."))
 
 
+@functools.lru_cache(maxsize=4096)
 def _xy(version: str) -> str:
     return ".".join(version.split(".")[:2])
 

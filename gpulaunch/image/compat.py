@@ -31,7 +31,7 @@ from gpulaunch.image.request import (
     _parse_cuda,
     _select_torch,
 )
-from gpulaunch.image.resolver import resolve
+from gpulaunch.image.resolver import resolve_in
 
 
 def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]:
@@ -49,6 +49,8 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
             _select_torch(cat, text)  # raises with the nearest versions
     wanted = _parse_cuda(cat, cuda)
     rows: list[MatrixRow] = []
+    # one image's rule serves many rows: its branches are worked out once (by text)
+    branches: dict[tuple[str, str, bool], tuple[str, ...]] = {}
     for rel, patch in sorted(pairs, key=lambda pair: _vt(pair[1].torch), reverse=True):
         variants: list[Variant | None] = [*rel.variants, None]
         for variant in variants:
@@ -56,10 +58,13 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                 continue
             if isinstance(wanted, _CudaReq) and (variant is None or variant.cuda != wanted.xy):
                 continue
-            resolved = resolve(
-                ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
+            resolved = resolve_in(
+                cat, ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
             )
             rule = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
+            key = (rule.text, rule.source, rule.verified) if rule else ("", "", True)
+            if rule and key not in branches:
+                branches[key] = tuple(rule.branches())
             confidences = [
                 rel.confidence,
                 patch.confidence,
@@ -80,7 +85,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     status=variant.status if variant else "stable",
                     confidence=max(confidences, key=CONFIDENCES.index),
                     driver_requirement=rule.text if rule else None,
-                    driver_branches=tuple(rule.branches()) if rule else (),
+                    driver_branches=branches[key] if rule else (),
                     origin=patch.origin or (variant.origin if variant else None) or rel.origin,
                     driver_verified=rule.verified if rule else True,
                 )

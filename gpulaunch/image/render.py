@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,11 +17,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from gpulaunch import __version__
 from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import ConfigError
-from gpulaunch.image.request import ImageRequest, ResolvedImage
+from gpulaunch.image.request import (
+    ResolvedImage,
+    _torch_summary,
+    check_certificate,
+    check_image_env,
+)
+from gpulaunch.image.request import image_request as image_request  # its old home
+from gpulaunch.image.request import summarize as summarize
 from gpulaunch.image.resolver import resolve
-from gpulaunch.masking import has_userinfo, is_secret_name
 from gpulaunch.project import layout
-from gpulaunch.project.pyproject import strict_dependencies
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -53,8 +57,26 @@ def dockerfile_string(value: str) -> str:
 def _environment() -> Environment:
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+    class Loader(FileSystemLoader):
+        """Takes a template's code from COMPILED when it was compiled from this very text with
+        these options (else compiles it, as jinja2 would): no Jinja compile per process."""
+
+        copies: dict[str, Any] | None = None
+
+        def load(self, environment: Environment, name: str, globals: Any = None) -> Any:
+            source, filename, uptodate = self.get_source(environment, name)
+            if self.copies is None:
+                self.copies = _compiled_copies(compile_options(environment))
+            copy = self.copies.get(name)
+            if isinstance(copy, dict) and copy.get("sha256") == _sha256(source):
+                code = compile(str(copy.get("code")), filename or "<template>", "exec")
+            else:
+                code = environment.compile(source, name, filename)
+            cls = environment.template_class
+            return cls.from_code(environment, code, globals or {}, uptodate)
+
     env = Environment(
-        loader=FileSystemLoader(template_root()),
+        loader=Loader(template_root()),
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -66,18 +88,34 @@ def _environment() -> Environment:
     return env
 
 
-def image_request(config: ProjectConfig) -> ImageRequest:
-    img = config.image
-    return ImageRequest(
-        python=img.python,
-        torch=img.torch,
-        cuda=img.cuda,
-        cudnn=img.cudnn,
-        os=img.os,
-        flavor=img.flavor,
-        base=img.base,
-        python_source=img.python_source,
-    )
+COMPILED = "compiled.json"  # beside the templates; written by dev/compile-templates
+_LEXER = ("block_start_string", "block_end_string", "variable_start_string",
+          "variable_end_string", "comment_start_string", "comment_end_string",
+          "line_statement_prefix", "line_comment_prefix", "trim_blocks", "lstrip_blocks",
+          "newline_sequence", "keep_trailing_newline", "autoescape", "optimized")  # fmt: skip
+
+
+def compile_options(env: Environment) -> str:
+    """What jinja2's code for a template depends on besides its text."""
+    from jinja2 import __version__ as jinja
+
+    return repr([jinja, *(getattr(env, k) for k in _LEXER), sorted(env.extensions)])
+
+
+def _compiled_copies(options: str) -> dict[str, Any]:
+    """{template name: {sha256 of its text, code}} when compiled with `options`, else {}."""
+    try:
+        data = json.loads((template_root() / COMPILED).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    ok = isinstance(data, dict) and data.get("options") == options
+    return data.get("templates", {}) if ok and isinstance(data.get("templates"), dict) else {}
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -166,8 +204,8 @@ def plan_image(
         cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
-        _check_certificate(cert, img.ca_cert)
-    _check_image_env(dict(img.env))
+        check_certificate(cert, img.ca_cert)
+    check_image_env(dict(img.env))
 
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
     torch_install = _torch_install(resolved, list(img.torch_extras), companions)
@@ -341,6 +379,8 @@ def _dependencies(
     if not entry_path.is_file():
         raise ConfigError(f"image.requirements: {entry!r} not found in the project")
     if Path(entry).name == "pyproject.toml":
+        from gpulaunch.project.pyproject import strict_dependencies
+
         strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
         model = read_project(project_dir, entry, archs is not None, reuse=known)
@@ -379,30 +419,6 @@ def _dependencies(
     env = layout.build_env(archs, any(b.cuda and not b.isolated for b in model.builds))
     paths = [p for p, _ in model.import_paths]
     return _Dependencies(entry_target, copies, edits, model.inline, locals_, builds, env, paths)
-
-
-_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
-
-
-def _check_certificate(path: Path, rel: str) -> None:
-    """image.ca_cert is copied into the image: PEM certificates only, never a private key."""
-    with path.open("rb") as fh:
-        kinds = {m.decode("ascii") for m in _PEM_BLOCK.findall(fh.read(1 << 20))}
-    if any("PRIVATE KEY" in kind for kind in kinds):
-        raise ConfigError(f"image.ca_cert: {rel!r} holds a private key; give the CA certificate")
-    if kinds != {"CERTIFICATE"}:
-        raise ConfigError(f"image.ca_cert: {rel!r} is not a PEM certificate (BEGIN CERTIFICATE)")
-
-
-def _check_image_env(env: dict[str, str]) -> None:
-    """image.env is ENV in every layer (`docker history`): a secret-looking name (*TOKEN*,
-    *KEY*, *SECRET*, *PASSWORD* ...) or a URL with credentials is refused."""
-    for name, value in env.items():
-        if is_secret_name(name) or "KEY" in name.upper() or has_userinfo(value):
-            raise ConfigError(
-                f"image.env.{name}: looks like a secret and would be baked into the image; "
-                "set it at run time with launch.env or --env"
-            )
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:
@@ -459,28 +475,6 @@ def _index_secrets(config: ProjectConfig, builder: Builder) -> tuple[dict[str, s
     if pip.extra_index_urls:
         secrets[PIP_EXTRA_SECRET] = " ".join(pip.extra_index_urls)
     return secrets, "indexes (BuildKit secrets): " + " ".join(mask(u) for u in urls)
-
-
-def _torch_summary(resolved: ResolvedImage) -> str:
-    if resolved.torch is None:
-        return "none"
-    variant = f"+{resolved.torch_variant}" if resolved.torch_variant else ""
-    return f"{resolved.torch}{variant}"
-
-
-def summarize(resolved: ResolvedImage) -> str:
-    parts = []
-    if resolved.ngc_tag:
-        parts.append(f"NGC PyTorch {resolved.ngc_tag} (torch from the image)")
-    elif resolved.torch:
-        parts.append(f"torch {_torch_summary(resolved)}")
-    parts.append(f"CUDA {resolved.cuda}" if resolved.cuda else "CPU only")
-    parts.append(f"Python {resolved.python}")
-    if resolved.os:
-        parts.append(resolved.os)
-    if resolved.min_driver:
-        parts.append(f"driver >= {resolved.min_driver}")
-    return " | ".join(parts)
 
 
 def driver_note(resolved: ResolvedImage) -> list[str]:

@@ -12,11 +12,12 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.python_install import Choice, choose_source
-from gpulaunch.errors import CatalogError
+from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image.catalog_data import (
     _CU_VARIANT_RE,
     _CUDA_RE,
@@ -33,6 +34,10 @@ from gpulaunch.image.catalog_data import (
     _vt,
     _xy,
 )
+from gpulaunch.masking import has_userinfo, is_secret_name
+
+if TYPE_CHECKING:
+    from gpulaunch.config import ProjectConfig
 
 FLAVORS = ("runtime", "devel", "ngc", "cpu")
 
@@ -88,6 +93,66 @@ class ResolvedImage:
             "io.gpulaunch.ngc-tag": self.ngc_tag,
         }
         return {key: value for key, value in values.items() if value}
+
+
+def image_request(config: ProjectConfig) -> ImageRequest:
+    img = config.image
+    return ImageRequest(
+        python=img.python,
+        torch=img.torch,
+        cuda=img.cuda,
+        cudnn=img.cudnn,
+        os=img.os,
+        flavor=img.flavor,
+        base=img.base,
+        python_source=img.python_source,
+    )
+
+
+def _torch_summary(resolved: ResolvedImage) -> str:
+    if resolved.torch is None:
+        return "none"
+    variant = f"+{resolved.torch_variant}" if resolved.torch_variant else ""
+    return f"{resolved.torch}{variant}"
+
+
+def summarize(resolved: ResolvedImage) -> str:
+    parts = []
+    if resolved.ngc_tag:
+        parts.append(f"NGC PyTorch {resolved.ngc_tag} (torch from the image)")
+    elif resolved.torch:
+        parts.append(f"torch {_torch_summary(resolved)}")
+    parts.append(f"CUDA {resolved.cuda}" if resolved.cuda else "CPU only")
+    parts.append(f"Python {resolved.python}")
+    if resolved.os:
+        parts.append(resolved.os)
+    if resolved.min_driver:
+        parts.append(f"driver >= {resolved.min_driver}")
+    return " | ".join(parts)
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def check_certificate(path: Path, rel: str) -> None:
+    """image.ca_cert is copied into the image: PEM certificates only, never a private key."""
+    with path.open("rb") as fh:
+        kinds = {m.decode("ascii") for m in _PEM_BLOCK.findall(fh.read(1 << 20))}
+    if any("PRIVATE KEY" in kind for kind in kinds):
+        raise ConfigError(f"image.ca_cert: {rel!r} holds a private key; give the CA certificate")
+    if kinds != {"CERTIFICATE"}:
+        raise ConfigError(f"image.ca_cert: {rel!r} is not a PEM certificate (BEGIN CERTIFICATE)")
+
+
+def check_image_env(env: dict[str, str]) -> None:
+    """image.env is ENV in every layer (`docker history`): a secret-looking name (*TOKEN*,
+    *KEY*, *SECRET*, *PASSWORD* ...) or a URL with credentials is refused."""
+    for name, value in env.items():
+        if is_secret_name(name) or "KEY" in name.upper() or has_userinfo(value):
+            raise ConfigError(
+                f"image.env.{name}: looks like a secret and would be baked into the image; "
+                "set it at run time with launch.env or --env"
+            )
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,12 @@ from gpulaunch.image.request import (
 
 def resolve(req: ImageRequest) -> ResolvedImage:
     """Turn a partial request into one consistent image plan, or refuse with a reason."""
-    cat = load_catalog()
+    return resolve_in(load_catalog(), req)
+
+
+def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
+    """`resolve` against this catalog (the matrix resolves each of its rows against the one
+    catalog it read, not the overlay folder listed again per row)."""
     flavor = req.flavor
     if flavor not in FLAVORS:
         raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {_join(FLAVORS)}")

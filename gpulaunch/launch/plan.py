@@ -414,12 +414,13 @@ def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> N
     if _remote_engine(env):
         return
     from gpulaunch.image import compat
-    from gpulaunch.image.render import image_request
-    from gpulaunch.image.resolver import resolve
 
     info = compat.probe(env)
     if info is None:
         return
+    from gpulaunch.image.request import image_request
+    from gpulaunch.image.resolver import resolve
+
     if isinstance(gpus, int):
         selected: list[int] | None = list(range(min(gpus, len(info.names))))
     elif gpus != "all" and all(part.isdigit() for part in gpus.split(",")):

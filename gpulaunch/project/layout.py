@@ -14,7 +14,6 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from gpulaunch.project.model import TORCH_FAMILY, Build, Project
@@ -76,6 +75,8 @@ def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
 def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
     """pyproject [build-system].requires (texts other than torch*) and why torch is among
     them; None without a build-system table."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     from gpulaunch.project.pyproject import load_toml
 
     data = load_toml(path, shown).get("build-system")
@@ -96,6 +97,8 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
 
 def _with_setuptools_floor(texts: list[str]) -> list[str]:
     """setuptools older than 70.1 builds an editable wheel only with `wheel` installed."""
+    from packaging.requirements import Requirement
+
     out = []
     for text in texts:
         req = Requirement(text)
@@ -128,6 +131,8 @@ def find_builds(root: Path, project: Project) -> None:
         build = Build(local.path, torch, compiles, cuda, tuple(requires))
         project.builds.append(build)
         if torch:
+            from packaging.requirements import Requirement
+
             known = project.dist_names()
             for text in requires:
                 name = canonicalize_name(Requirement(text).name)

@@ -4,7 +4,8 @@ found from the app itself (so commands added later are covered), run in one fres
 interpreter; afterwards none of the heavy modules may be loaded.
 
 A command that needs one imports it inside its function body, not at the top of its
-cli module (see the pattern in gpulaunch/cli/__init__.py)."""
+cli module (DEVELOPERS.md: "A new command stays lazy"). That only the command being
+run is imported and built is tests/cli/test_lazy_group.py."""
 
 from __future__ import annotations
 

@@ -186,3 +186,23 @@ def test_failing_step_exits_4_with_the_step_and_the_log_tail(
     assert project_containers(docker_client, name) == []
     assert managed_containers(docker_client, name) == []
     assert not docker_client.images.list(name=name)  # nothing tagged
+
+
+def test_a_build_saves_the_cli_probe_answer_and_a_dry_run_reads_it(tmp_path: Path) -> None:
+    """The real docker CLI's answer, saved by `build` in the user cache: a dry run in another
+    process names the same builder and tag, and leaves the saved answer as it was."""
+    project = write_project(tmp_path / "probe", "tiny", tiny_config(temp_name("probe")))
+    (tmp_path / "xdg").mkdir()
+    env = cli_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    built = gl("build", cwd=project, env=env, timeout=BUILD_TIMEOUT_S)
+    assert built.returncode == 0, built.describe()
+    saved = tmp_path / "xdg" / "gpulaunch" / "docker-cli.json"
+    assert saved.is_file()
+    before = (saved.read_bytes(), saved.stat().st_mtime_ns)
+
+    dry = gl("build", "--dry-run", "--json", cwd=project, env=env)
+
+    assert dry.returncode == 0, dry.describe()
+    assert f'"tag": "{built.stdout.strip()}"' in dry.stdout
+    assert '"builder": "buildkit"' in dry.stdout
+    assert (saved.read_bytes(), saved.stat().st_mtime_ns) == before
