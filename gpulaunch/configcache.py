@@ -16,8 +16,10 @@ Anything else (missing, corrupt, linked, too big, stale, unsealed) is a miss: th
 validated as before, with the same errors; only a valid config is ever remembered. A hit is
 a tree of ConfigView objects with the attributes, `model_dump` and `model_fields_set` that
 callers use on the pydantic models; `_write` proves each entry reads back equal to the
-model before storing it. Written through fsio.write_cache only when the command may write
-(never by --dry-run); read by every command.
+model before storing it, and never stores a config holding a secret (what masking hides:
+`launch.env` tokens, credentials in a URL), which is then validated on every command.
+Written through fsio.write_cache only when the command may write (never by --dry-run); read
+by every command.
 """
 
 from __future__ import annotations
@@ -133,8 +135,12 @@ def _read(where: Path, key: str) -> ConfigView | None:
 def _write(where: Path, key: str, config: Any) -> None:
     """Remember a validated config; any doubt (it would not read back equal, no key can be
     made) means not caching, and a failed write is ignored (fsio.write_cache)."""
+    from gpulaunch.masking import mask_data
     from gpulaunch.records.seal import seal
 
+    dump = config.model_dump(mode="json")
+    if mask_data(dump) != dump:  # a secret (launch.env, a URL's credentials) stays in the file
+        return
     try:
         tree = encode(config)
         if not same(decode(json.loads(json.dumps(tree))), config):

@@ -350,3 +350,19 @@ def test_unreadable_sources_mean_no_cache(in_tmp: Path, monkeypatch: pytest.Monk
     for _ in range(2):
         assert not isinstance(load(in_tmp / "gpulaunch.yaml", (), write=True), ConfigView)
     assert not cache_dir().exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: s\nlaunch: {env: {HF_TOKEN: hf_abc123secret}}\n",
+        "name: s\nimage: {pip: {index_url: 'https://user:hf_abc123secret@pypi.example/simple'}}\n",
+    ],
+)
+def test_a_config_holding_a_secret_is_never_cached(text: str, in_tmp: Path) -> None:
+    (in_tmp / "gpulaunch.yaml").write_text(text)
+    assert CliRunner().invoke(app, ["history"], catch_exceptions=False).exit_code == 0
+    assert not isinstance(load(in_tmp / "gpulaunch.yaml", (), write=True), ConfigView)
+    assert not entry_path(in_tmp / "gpulaunch.yaml", ()).exists()
+    stored = [p.read_bytes() for p in cache_dir().rglob("*") if p.is_file()]
+    assert not any(b"hf_abc123secret" in data for data in stored)
