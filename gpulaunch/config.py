@@ -23,9 +23,10 @@ from pydantic import (
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.textcheck import bad_char, env_item, parse_gpus, single_line, split_mount
-from gpulaunch.yamlio import read_yaml_file
+from gpulaunch.textcheck import parse_price as parse_price  # its home: below pydantic
+from gpulaunch.yamlio import CONFIG_NAME as CONFIG_NAME  # its home: below pydantic
+from gpulaunch.yamlio import parse_yaml_bytes, read_bytes
 
-CONFIG_NAME = "gpulaunch.yaml"
 SCHEMA_VERSION = 1
 
 # Every pattern is used with fullmatch: `$` would accept a trailing newline.
@@ -42,10 +43,6 @@ NcclPreset = Literal["auto", "nvlink", "pcie", "ib-gdr", "tcp", "debug", "safe",
 NumaMode = Literal["auto", "off", "node", "socket"]
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 Network = Literal["default", "host", "none"]
-
-
-def _no_control_chars(value: str) -> str:
-    return single_line(value)
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -76,7 +73,7 @@ def _project_relative(value: str) -> str:
     path = PurePosixPath(value)
     if path.is_absolute() or ".." in path.parts or "\\" in value:
         raise ValueError(f"{value!r} must be a relative path inside the project")
-    return _no_control_chars(value)
+    return single_line(value)
 
 
 class _Model(BaseModel):
@@ -110,7 +107,7 @@ class PipSettings(_Model):
     @classmethod
     def _urls(cls, value: Any) -> Any:
         for url in [value] if isinstance(value, str) else value or []:
-            _no_control_chars(url)
+            single_line(url)
             if not _URL.fullmatch(url):
                 raise ValueError(f"{url!r} is not an http(s):// or file:// URL")
         return value
@@ -309,7 +306,7 @@ class LaunchSettings(_Model):
     def _checkpoint_dir(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or "\\" in value):
             raise ValueError(f"{value!r} is not a folder path")
-        return None if value is None else _no_control_chars(value)
+        return None if value is None else single_line(value)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -370,17 +367,6 @@ class ProjectConfig(_Model):
                 f"{value!r} is not a valid image name (lowercase letters, digits, . _ - /)"
             )
         return value
-
-
-_PRICE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
-
-
-def parse_price(value: Any) -> str:
-    """A non-negative price as a decimal string ("2.49"); YAML gives "2.49" (no floats) or 3."""
-    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-    if text is None or not _PRICE.fullmatch(text):
-        raise ValueError(f"{value!r} is not a price (a number such as 2.49)")
-    return text
 
 
 def sanitize_name(text: str) -> str:
@@ -460,19 +446,17 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ProjectConfig:
     """Load and validate gpulaunch.yaml; every problem is a one-line ConfigError.
 
     `overrides` are `--set dotted.path=value` items, applied before validation."""
-    data = read_yaml_file(path)
+    return load_config_bytes(read_bytes(path), path, overrides)
+
+
+def load_config_bytes(raw: bytes, path: Path, overrides: Sequence[str] = ()) -> ProjectConfig:
+    """load_config on the file's bytes already read (the config cache keys on them)."""
+    data = parse_yaml_bytes(raw, str(path))
     if overrides:
         from gpulaunch.yamlio import apply_overrides
 
         data = apply_overrides(data, overrides)
     return validate_data(data, str(path.name))
-
-
-def find_config(explicit: Path | None, cwd: Path) -> Path:
-    """The config path: --config, else ./gpulaunch.yaml."""
-    if explicit is not None:
-        return explicit
-    return cwd / CONFIG_NAME
 
 
 def json_schema() -> dict[str, Any]:

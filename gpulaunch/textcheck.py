@@ -187,3 +187,15 @@ def label_value(value: str) -> str:
     ):
         raise ValueError(f"{value!r} is not a valid label value (at most 63 of A-Z a-z 0-9 - _ .)")
     return value
+
+
+_PRICE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+def parse_price(value: object) -> str:
+    """A non-negative price as a decimal string ("2.49"); YAML gives "2.49" (no floats) or 3.
+    (Here, not in config.py, so `run --price` needs no pydantic.)"""
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    if text is None or not _PRICE.fullmatch(text):
+        raise ValueError(f"{value!r} is not a price (a number such as 2.49)")
+    return text

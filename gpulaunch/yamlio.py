@@ -18,6 +18,7 @@ from gpulaunch.textcheck import single_line
 
 MAX_BYTES = 1024 * 1024  # a config larger than 1 MiB is not a config
 MAX_NODES = 100_000  # expanded node count; stops alias bombs ("billion laughs")
+CONFIG_NAME = "gpulaunch.yaml"  # here, below pydantic, so the config cache can find it
 
 
 def _loader_class() -> type:
@@ -181,16 +182,26 @@ def parse_yaml_only(text: str, source: str) -> Any:
 
 def read_yaml_file(path: Path) -> Any:
     """Read a YAML file with size, encoding and binary checks."""
+    return parse_yaml_bytes(read_bytes(path), str(path))
+
+
+def read_bytes(path: Path) -> bytes:
+    """A config file's bytes (at most MAX_BYTES + 1); ConfigError when it cannot be read. Its
+    own step so the config cache can key on exactly the bytes that are then parsed."""
     source = str(path)
     try:
         with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+            return fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file (run `gpulaunch init` first?)") from None
     except IsADirectoryError:
         raise ConfigError(f"{source}: is a directory, expected a YAML file") from None
     except OSError as err:
         raise ConfigError(f"{source}: cannot read: {err.strerror}") from None
+
+
+def parse_yaml_bytes(raw: bytes, source: str) -> Any:
+    """YAML file content with size, encoding and binary checks (read_bytes' result)."""
     if len(raw) > MAX_BYTES:
         raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB")
     if b"\x00" in raw:

@@ -255,8 +255,12 @@ SetOpt = Annotated[
 ]
 
 
-def _load(config: Path | None, sets: list[str] | None = None) -> tuple[Any, Path]:
-    from gpulaunch.config import find_config, load_config
+def _load(
+    config: Path | None, sets: list[str] | None = None, *, write_cache: bool = True
+) -> tuple[Any, Path]:
+    """The validated config (from the config cache when the file is unchanged, without
+    pydantic) and the project folder; `write_cache=False` for --dry-run (it writes nothing)."""
+    from gpulaunch.configcache import find_config, load
 
     path = find_config(config, Path.cwd())
     if config is not None and not path.exists():
@@ -266,7 +270,7 @@ def _load(config: Path | None, sets: list[str] | None = None) -> tuple[Any, Path
             f"--config: {str(config)!r} not found; if that option was meant for your script, "
             "put it after `--` (gpulaunch run train.py -- -c ...)"
         )
-    return load_config(path, sets or ()), path.resolve().parent
+    return load(path, sets or (), write=write_cache), path.resolve().parent
 
 
 def _engine() -> Any:

@@ -123,7 +123,7 @@ def smoke(
             raise ConfigError("smoke: nothing after --; give a command (smoke -- python -m x)")
     elif tail is not None:
         rest += tail
-    cfg, project = _load(config, sets)
+    cfg, project = _load(config, sets, write_cache=not dry_run)
     junit_root = check_junit_file(junit_path, project, force) if junit_path else None
     opts = RunOptions(
         script=script, args=rest, command=command, nproc=nproc, env=list(env or []),

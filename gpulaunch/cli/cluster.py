@@ -86,7 +86,7 @@ def _k8s(given: dict[str, Any]) -> Any:
     kw = _job(given)
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
     kind, namespace = kw.pop("kind"), kw.pop("namespace")
-    cfg, project = _load(config)
+    cfg, project = _load(config, write_cache=not given.get("dry_run"))
     result = export_k8s(
         cfg, project, Path.cwd(), _opts(script, args, **kw), kind, namespace, config
     )
@@ -104,7 +104,7 @@ def _slurm(given: dict[str, Any]) -> Any:
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
     slurm = {key: kw.pop(key) for key in _SLURM_KEYS}
     _check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
-    cfg, project = _load(config)
+    cfg, project = _load(config, write_cache=not given.get("dry_run"))
     opts = _opts(script, args, **kw)
     result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**slurm), config)
     for warning in result.warnings:

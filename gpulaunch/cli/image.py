@@ -250,7 +250,7 @@ def build(
 
         push_target(push)  # a bad reference fails before anything is built or printed
     kind = _builder_choice(builder)
-    cfg, project = _load(config, sets)
+    cfg, project = _load(config, sets, write_cache=not dry_run)
     opts = BuildOptions(
         network=network,
         rebuild=rebuild,

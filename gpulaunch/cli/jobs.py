@@ -194,7 +194,7 @@ def run(
     )
     check_options(opts)  # the same checks `rerun` applies to a record's options
     price = check_price(price)
-    cfg, project = _load(config, sets)
+    cfg, project = _load(config, sets, write_cache=not dry_run)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
         _dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))

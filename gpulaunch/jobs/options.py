@@ -130,7 +130,7 @@ def check_options(opts: Any) -> None:
 
 def check_price(price: Any, where: str = "--price") -> str | None:
     """--price (launch.price_per_gpu_hour): a decimal string, or None."""
-    from gpulaunch.config import parse_price
+    from gpulaunch.textcheck import parse_price
 
     if price is None:
         return None

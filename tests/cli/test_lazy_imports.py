@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("pydantic", "jinja2", "docker", "yaml", "requests", "pynvml", "packaging")
 
@@ -60,3 +61,42 @@ def test_the_check_catches_an_eager_import() -> None:
     )
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["(top)"] == ["yaml"]
+
+
+WARM = """
+import json, sys
+from gpulaunch.cli import app
+
+for argv in sys.argv[1:]:
+    try:
+        app(args=argv.split(), prog_name="gpulaunch", standalone_mode=False)
+    except SystemExit:
+        pass
+print(json.dumps(sorted(m for m in ("pydantic", "yaml") if m in sys.modules)))
+"""
+
+
+def test_a_warm_config_cache_loads_no_pydantic_or_yaml(tmp_path: Path) -> None:
+    """`history` and `render` read a config validated before (gpulaunch/configcache.py)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "gpulaunch.yaml").write_text(
+        'version: 1\nname: lazy\nimage: {python: "3.11", torch: "2.4.1", cuda: "12.1"}\n'
+    )
+
+    def heavy(*argv: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", WARM, *argv],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    assert heavy("history") == ["pydantic", "yaml"]  # cold: validated, then remembered
+    assert heavy("history") == []
+    assert heavy("render") == []
+    assert heavy("history", "render") == []

@@ -217,6 +217,10 @@ def test_cli_uses_the_pushed_digest(
 
     project = _project(tmp_path)
     monkeypatch.chdir(project)
+    # the project is tmp_path itself: the user's cache and state folders (the config cache and
+    # its key) must not be in it, or the first command's write would change the context's tag
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(tmp_path.parent / f"{tmp_path.name}-state"))
     tag = local_tag(load_config(project / "gpulaunch.yaml"), project, None)
     write_push_record(project, tag, IMAGE)
     code, out, err = invoke(runner, "export", "k8s", "train.py")
