@@ -32,6 +32,7 @@ from benchlib import (
     ENGINE_LOCK,
     GPULAUNCH,
     Row,
+    compile_like_an_install,
     interleaved,
     median,
     reexecuted_dependency_steps,
@@ -197,6 +198,7 @@ def remove_images(name: str) -> None:
 
 
 def measure(runs: int) -> list[Row]:
+    compile_like_an_install()
     name = f"glbench-{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="glbench-engine-") as tmp:
         project = make_project(Path(tmp), name)
