@@ -66,3 +66,90 @@ def test_a_copy_is_only_used_for_the_text_it_names(
     assert yamlio.parse_yaml_text(text, yamlio.PACKAGED + "x.yaml") == {"a": 2}  # the copy
     assert yamlio.parse_yaml_text(text, "user.yaml") == {"a": 1}  # not gpulaunch's: parsed
     assert yamlio.parse_yaml_text(text, yamlio.PACKAGED + "../x.yaml") == {"a": 1}
+
+
+def test_the_validated_copy_answers_as_pydantic_does() -> None:
+    """validated.json (dev/packaged-json) holds the built-in profiles and NCCL presets as the
+    models validate them: each decoded view answers as its model does."""
+    from gpulaunch.configview import same
+    from gpulaunch.launch import presets
+
+    presets._validated_copy.cache_clear()
+    presets._builtin_specs.cache_clear()
+    presets.nccl_presets.cache_clear()
+    assert presets._validated_copy() is not None, "validated.json is stale: dev/packaged-json"
+    models = presets.validate_builtin_specs()
+    views = presets._builtin_specs()
+    assert list(views) == list(models) and len(models) >= 3
+    for name, model in models.items():
+        assert type(views[name]).__name__ == "ConfigView"
+        assert same(views[name], model), name
+    assert presets.nccl_presets() == presets.validate_nccl_presets()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "not json",
+        '{"inputs": "0000", "profiles": {}, "nccl_presets": {}}',
+        "VALID_BUT_BROKEN_PROFILE",
+        "VALID_BUT_BROKEN_PRESET",
+    ],
+)
+def test_a_stale_or_broken_validated_copy_means_pydantic(
+    doc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulaunch.launch import presets
+
+    case = doc
+    real = presets._data_text
+    current = json.loads(real("json", presets.VALIDATED))
+    if doc == "VALID_BUT_BROKEN_PROFILE":
+        current["profiles"]["default"] = {"model": "ProfileSpec", "set": ["nope"], "fields": {}}
+        doc = json.dumps(current)
+    elif doc == "VALID_BUT_BROKEN_PRESET":
+        name = next(iter(current["nccl_presets"]))
+        current["nccl_presets"][name]["extra"] = 1
+        doc = json.dumps(current)
+
+    def fake(*parts: str) -> str:
+        return doc if parts == ("json", presets.VALIDATED) else real(*parts)
+
+    monkeypatch.setattr(presets, "_data_text", fake)
+    for fn in (presets._validated_copy, presets._builtin_specs, presets.nccl_presets):
+        fn.cache_clear()
+    try:
+        specs = presets._builtin_specs()
+        kinds = {type(s).__name__ for s in specs.values()}
+        assert kinds == ({"ConfigView"} if "PRESET" in case else {"ProfileSpec"})
+        assert presets.nccl_presets() == presets.validate_nccl_presets()
+    finally:
+        for fn in (presets._validated_copy, presets._builtin_specs, presets.nccl_presets):
+            fn.cache_clear()
+
+
+def test_every_input_of_the_validated_copy_is_in_its_hash(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The copy names the sha256 of config.py and of every profile and preset text: editing
+    any of them (in a copy of the package here) makes the copy stale."""
+    import shutil
+    import types
+
+    from gpulaunch.launch import presets
+
+    package = tmp_path / "gpulaunch"
+    shutil.copytree(DATA, package / "data")
+    shutil.copy(REPO / "gpulaunch" / "config.py", package / "config.py")
+    fake = types.SimpleNamespace(files=lambda name: package)
+    monkeypatch.setattr(presets, "resources", fake)
+    before = presets.validated_inputs()
+    assert before == json.loads((DATA / "json" / presets.VALIDATED).read_text())["inputs"]
+    edited = [package / "config.py", package / "data" / "nccl_presets.yaml"]
+    edited += sorted((package / "data" / "profiles").glob("*.yaml"))
+    for path in edited:
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# edited\n")
+        assert presets.validated_inputs() != before, path.name
+        path.write_bytes(original)
+    assert presets.validated_inputs() == before

@@ -7,6 +7,8 @@ All of it comes from YAML files in `gpulaunch/data/`; nothing here merges profil
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -114,8 +116,54 @@ def _parse(text: str, source: str, packaged: str | None = None) -> Any:
     return parse_yaml_text(text, source, packaged)
 
 
+VALIDATED = "validated.json"  # in gpulaunch/data/json/, written by dev/packaged-json
+
+
+def validated_inputs() -> str:
+    """The sha256 of what the validated copy is made from: the models (config.py) and every
+    built-in profile and the NCCL presets, by name and text."""
+    root = resources.files("gpulaunch")
+    parts = [("config.py",), ("data", "nccl_presets.yaml")]
+    folder = root.joinpath("data", "profiles")
+    names = sorted(e.name for e in folder.iterdir() if e.name.endswith(".yaml"))
+    parts += [("data", "profiles", name) for name in names]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update("/".join(part).encode("utf-8") + b"\0")
+        digest.update(root.joinpath(*part).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _validated_copy() -> dict[str, Any] | None:
+    """dev/packaged-json's validated built-in profiles and NCCL presets, when the copy names
+    the exact inputs here (validated_inputs); None: validate them with pydantic instead."""
+    try:
+        doc = json.loads(_data_text("json", VALIDATED))
+        if isinstance(doc, dict) and doc.get("inputs") == validated_inputs():
+            return doc
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 @lru_cache(maxsize=1)
 def _builtin_specs() -> dict[str, ProfileSpec]:
+    """The built-in profiles, validated: from the validated copy (views, no pydantic) when it
+    is current and well formed, else through the pydantic models."""
+    from gpulaunch.configview import decode
+
+    copy = _validated_copy()
+    if copy is not None:
+        try:
+            return {name: decode(node) for name, node in copy["profiles"].items()}  # type: ignore[misc]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            pass
+    return validate_builtin_specs()
+
+
+def validate_builtin_specs() -> dict[str, ProfileSpec]:
+    """The built-in profiles through the pydantic models (dev/packaged-json, a stale copy)."""
     from pydantic import ValidationError
 
     from gpulaunch.config import ProfileSpec, validation_message
@@ -136,13 +184,33 @@ def _builtin_specs() -> dict[str, ProfileSpec]:
 
 
 def builtin_profiles() -> dict[str, ProfileSpec]:
-    """The profiles shipped in gpulaunch/data/profiles (copies: callers may modify them)."""
-    return {name: spec.model_copy(deep=True) for name, spec in _builtin_specs().items()}
+    """The profiles shipped in gpulaunch/data/profiles (models: callers may modify them)."""
+    return validate_builtin_specs()
 
 
 @lru_cache(maxsize=1)
 def nccl_presets() -> dict[str, NcclPreset]:
-    """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated."""
+    """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated: from the validated
+    copy when it is current and well formed, else through pydantic."""
+    copy = _validated_copy()
+    if copy is not None:
+        try:
+            return {name: _preset(name, node) for name, node in copy["nccl_presets"].items()}
+        except (AttributeError, KeyError, TypeError, ValueError):
+            pass
+    return validate_nccl_presets()
+
+
+def _preset(name: str, node: dict[str, Any]) -> NcclPreset:
+    if set(node) != set(NcclPreset.__dataclass_fields__) or node["name"] != name:
+        raise ValueError(f"NCCL preset {name}: not a stored preset")
+    if not isinstance(node["notes"], list) or not isinstance(node["docker"], dict):
+        raise ValueError(f"NCCL preset {name}: not a stored preset")
+    return NcclPreset(**{**node, "notes": tuple(node["notes"])})
+
+
+def validate_nccl_presets() -> dict[str, NcclPreset]:
+    """The NCCL presets through pydantic models (dev/packaged-json, a stale copy)."""
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
     from gpulaunch.config import DockerOptions, validation_message
