@@ -22,12 +22,15 @@ app.add_typer(profiles_app, name="profiles")
 
 
 def _optional_config(config: Path | None) -> Any:
-    from gpulaunch.config import CONFIG_NAME, load_config
+    """The project's config when there is one (read back from the validated-config cache when
+    unchanged: gpulaunch/configcache.py)."""
+    from gpulaunch.configcache import load
+    from gpulaunch.yamlio import CONFIG_NAME
 
     path = config or Path.cwd() / CONFIG_NAME
     if config is None and not path.exists():
         return None
-    return load_config(path)
+    return load(path, write=True)
 
 
 @profiles_app.callback()

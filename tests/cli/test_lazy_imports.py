@@ -103,3 +103,4 @@ def test_a_warm_config_cache_loads_no_pydantic_or_yaml(tmp_path: Path) -> None:
     # run's launch plan takes the built-in profiles and NCCL presets from the validated copy
     (project / "train.py").write_text("print(1)\n")
     assert heavy("run train.py --dry-run") == []
+    assert heavy("profiles", "profiles show default") == []
