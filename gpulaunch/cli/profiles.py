@@ -58,10 +58,13 @@ def profiles_show(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show a profile resolved: env and docker options, and where each value came from."""
-    from gpulaunch.config import validate_data
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
 
-    cfg = _optional_config(config) or validate_data({"name": "none"})
+    cfg = _optional_config(config)
+    if cfg is None:  # no project here: the built-in profiles alone
+        from gpulaunch.config import validate_data
+
+        cfg = validate_data({"name": "none"})
     resolved = resolve_launch(cfg, CliOverrides(profile=name))
     settings = {
         key: {"value": item.value, "source": item.source}
