@@ -14,8 +14,6 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from gpulaunch.project.model import TORCH_FAMILY, Build, Project
 
 # setuptools with its own bdist_wheel (70.1): an editable build without isolation then
@@ -76,6 +74,7 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
     """pyproject [build-system].requires (texts other than torch*) and why torch is among
     them; None without a build-system table."""
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     from gpulaunch.project.pyproject import load_toml
 
@@ -98,6 +97,7 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
 def _with_setuptools_floor(texts: list[str]) -> list[str]:
     """setuptools older than 70.1 builds an editable wheel only with `wheel` installed."""
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     out = []
     for text in texts:
@@ -132,6 +132,7 @@ def find_builds(root: Path, project: Project) -> None:
         project.builds.append(build)
         if torch:
             from packaging.requirements import Requirement
+            from packaging.utils import canonicalize_name
 
             known = project.dist_names()
             for text in requires:
