@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from engine.sdk_oracle import sdk_kwargs
 from engine.test_sdk_parity import _full_plan
-from gpulaunch.engine.runspec import Mount, RunPlan, create_body, sdk_kwargs
+from gpulaunch.engine.runspec import Mount, RunPlan, create_body
 from gpulaunch.errors import EngineError
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from engine.sdk_oracle import sdk_kwargs
 from gpulaunch.config import parse_gpus
-from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv, sdk_kwargs
+from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv
 from gpulaunch.launch.flags import gpu_count
 
 FLAG_TO_KWARG = {
