@@ -9,6 +9,7 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -97,9 +98,22 @@ def test_input_in_a_job_reads_what_is_typed_on_the_terminal(app: Path) -> None:
         os.write(fd, b"hello\r")
         _read_until(fd, b"got olleh True", seen, 60)
     finally:
-        _, status = os.waitpid(pid, 0)
+        status = _reap(pid)
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0, seen.decode("utf-8", "replace")
+
+
+def _reap(pid: int, grace: float = 30) -> int:
+    """The child's wait status; after `grace` s it is stopped (SIGTERM: gpulaunch then removes
+    its container), so a job that never got its input fails the test instead of hanging it."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGTERM)
+    return os.waitpid(pid, 0)[1]
 
 
 def test_the_terminal_is_restored_after_a_tty_job_and_its_size_forwarded(app: Path) -> None:
