@@ -12,11 +12,12 @@ from gpulaunch.engine.runspec import (
     RunPlan,
     base_labels,
     docker_run_argv,
-    sdk_kwargs,
     shell_line,
 )
 from gpulaunch.errors import ConfigError
 from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
+
+from engine.sdk_oracle import sdk_kwargs
 
 
 def _plan(**overrides: object) -> RunPlan:
