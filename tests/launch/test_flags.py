@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from engine.sdk_oracle import sdk_kwargs
 
 from gpulaunch.engine.runspec import (
     Mount,
@@ -16,8 +17,6 @@ from gpulaunch.engine.runspec import (
 )
 from gpulaunch.errors import ConfigError
 from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
-
-from engine.sdk_oracle import sdk_kwargs
 
 
 def _plan(**overrides: object) -> RunPlan:
