@@ -73,18 +73,19 @@ NOT_MET = {
         "builder choice and the run plan need, and the launch plan (profiles, presets, NUMA)."
     ),
     "init (big project) vs gpulaunch --help": (
-        "`init` went from about 730 ms to about 410 ms, but `--help` went from 230 ms to about "
-        "135 ms, so the ratio barely moved. Done: plain requirement lines are read without "
-        "`packaging` (proven equal to it; 5,000 lines: about 110 -> 30 ms), the matrix is "
-        "resolved against one catalog read, and a Path argument no longer pulls in typer's "
-        "pydantic adapter. cProfile of what is left (about 0.47 s profiled): **validating the "
-        "config it writes** (importing `gpulaunch.config`, pydantic and its models: 0.15 s "
-        "profiled), reading the project (0.10 s, of which the 5,000 lines 0.09 s), the matrix "
-        "(0.05 s), checking that the config renders (jinja2: 0.04 s) and writing it with yaml "
-        "(0.04 s, mostly the import). Under 1.5x of a 135 ms `--help` (about 200 ms) would take "
-        "config models that validate without pydantic, a YAML writer of our own for the "
-        "config's small shape, and a render check without jinja2: each a rewrite of a checked "
-        "part, not a cache (init runs once per project)."
+        "`init` went from about 730 ms to about 330 ms, but `--help` went from 230 ms to about "
+        "105 ms, so the ratio barely moved (the goal is about 155 ms). Done: plain requirement "
+        "lines are read without `packaging` (proven equal to it; 5,000 lines: about 110 -> 30 "
+        "ms), the matrix is resolved against one catalog read, and a Path argument no longer "
+        "pulls in typer's pydantic adapter. What is left (`python -X importtime` and cProfile "
+        "of the benchmark's own command): **importing `gpulaunch.config`, 100 ms** (pydantic "
+        "23 ms, building its models 22 ms, the rest what they import), jinja2 for the render "
+        "check (17 ms import, about 40 ms with the render), reading the project (about 100 ms "
+        "profiled, 90 of it the 5,000 lines), the matrix (about 50 ms profiled) and yaml for "
+        "writing (10 ms import). Under 1.5x would take config models that validate without "
+        "pydantic, a YAML writer of our own for the config's small shape and a render check "
+        "without jinja2: each a second copy of a checked part (the schema, the template), not "
+        "a cache, since init runs once per project. Left for an issue of its own."
     ),
     "run vs docker SDK script": (
         "Done: with nothing changed the up-to-date check reads `.gpulaunch/tag-cache.json` (no "
@@ -196,7 +197,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     runs = 3 if args.quick else 11
-    engine_runs = 2 if args.quick else 7
+    engine_runs = 2 if args.quick else 11
     rows: list[Row] = []
     parts: list[tuple[str, Callable[[], list[Row]]]] = [
         ("start-up", lambda: startup.measure(runs)),

@@ -187,6 +187,8 @@ def run_attached(
 
 def _explain(job: Job, text: str, code: int | None, oom_killed: bool = False) -> Any:
     """The known cause of a failure (records.explain), or None; never an error of its own."""
+    if code == 0 and not oom_killed:  # success: nothing to explain (nor its import to pay)
+        return None
     import os
 
     from gpulaunch.errors import GpulaunchError

@@ -6,8 +6,6 @@ import posixpath
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
 
@@ -143,6 +141,8 @@ def variant_of_url(url: str) -> str | None:
 
 
 def variant_of_wheel(filename: str) -> str | None:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # only for wheels
+
     try:
         _, version, _, _ = parse_wheel_filename(unquote(filename))
     except InvalidWheelFilename:
@@ -156,6 +156,8 @@ def wheel_name(url: str) -> tuple[str, str, str] | None:
     last = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
     if not last.endswith(".whl"):
         return None
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
     try:
         name, version, _, tags = parse_wheel_filename(last)
     except InvalidWheelFilename:

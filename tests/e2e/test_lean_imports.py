@@ -1,7 +1,8 @@
 """`run` on an image already built (the tag cache answers) and `ps` never import the docker
 SDK or the HTTP stack under it: they talk to the engine through gpulaunch.engine.api (the
-standard library), which is what keeps `run -- true` close to a bare SDK script. The same
-check catches one of them coming back through any import."""
+standard library), which is what keeps `run -- true` close to a bare SDK script. Nor do they
+import what only a failure or a project read needs (the failure explainer, `packaging`). The
+same check catches one of them coming back through any import."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from e2e.support import cli_env
 pytestmark = pytest.mark.docker
 
 SDK_STACK = ("docker", "requests", "urllib3", "paramiko", "websocket")
+# What a successful run of a built image has no use for: explaining a failure, reading
+# requirement/wheel names (the tag cache answered without reading the project).
+NOT_ON_SUCCESS = ("gpulaunch.records.explain", "packaging")
 
 SCRIPT = """
 import json, runpy, sys
@@ -27,13 +31,14 @@ try:
     runpy.run_module("gpulaunch", run_name="__main__")
 except SystemExit as exit:
     code = exit.code
-heavy = sorted({m.split(".")[0] for m in sys.modules} & watched)
+heavy = sorted(name for name in watched if name in sys.modules)
 sys.stdout.write("\\nMODULES " + json.dumps([code, heavy]) + "\\n")
 """
 
 
 def _loaded(cwd: Path, *args: str) -> tuple[int, list[str], str]:
-    argv = [sys.executable, "-c", SCRIPT, json.dumps(list(args)), json.dumps(SDK_STACK)]
+    watched = [*SDK_STACK, *NOT_ON_SUCCESS]
+    argv = [sys.executable, "-c", SCRIPT, json.dumps(list(args)), json.dumps(watched)]
     proc = subprocess.run(
         argv, cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=300, check=False
     )
@@ -43,7 +48,7 @@ def _loaded(cwd: Path, *args: str) -> tuple[int, list[str], str]:
     return code, heavy, proc.stderr
 
 
-def test_run_on_a_built_image_and_ps_import_no_docker_sdk(app: Path) -> None:
+def test_run_on_a_built_image_and_ps_import_no_docker_sdk_nor_failure_paths(app: Path) -> None:
     code, heavy, stderr = _loaded(app, "run", "--gpus", "0", "--", "true")
     assert code in (0, None), stderr
     assert "is up to date" in stderr, stderr  # the tag cache answered: no build
