@@ -247,6 +247,10 @@ def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> d
     }
 
 
+def _quiet(_message: str) -> None:
+    """A warning already given."""
+
+
 class RunRecorder:
     """The records observer: `.gpulaunch/runs/<id>.json` at start (running) and at the end.
 
@@ -274,6 +278,7 @@ class RunRecorder:
         self.record: dict[str, Any] | None = None
         self.sampler: Any = None
         self._t0 = 0.0
+        self._unwritten = False  # the start's save failed and said so: the end's says nothing
 
     def started(self, job: Any) -> None:
         self._t0 = time.monotonic()
@@ -285,7 +290,7 @@ class RunRecorder:
         except Exception as err:  # a record is never a reason for a job to fail
             self.warn(f"warning: run record not written: {type(err).__name__}: {err}")
             return
-        save(job.spec.project, self.record, self.warn)
+        self._unwritten = not save(job.spec.project, self.record, self.warn)
         self._start_sampler(self.record)
 
     def _start_sampler(self, record: dict[str, Any]) -> None:
@@ -301,6 +306,8 @@ class RunRecorder:
         self.sampler.start()
 
     def finished(self, job: Any) -> None:
+        """The record completed and saved again (one warning a run: a folder that refused the
+        start's record is not reported twice)."""
         summary = self.sampler.stop() if self.sampler is not None else None
         record = self.record
         if record is None:
@@ -315,4 +322,4 @@ class RunRecorder:
         if explanation is not None:  # data-file text and a masked line: no raw output
             record["explanation"] = explanation.to_json()
         complete(record, job.code, utc_now())
-        save(job.spec.project, record, self.warn)
+        save(job.spec.project, record, _quiet if self._unwritten else self.warn)

@@ -160,8 +160,8 @@ def test_read_only_folder_is_a_warning(tmp_path: Path) -> None:
     recorder.started(job)
     job.code = 0
     recorder.finished(job)
-    assert len(warnings) == 2
-    assert all(w.startswith("warning: run record not written:") for w in warnings)
+    assert len(warnings) == 1, warnings  # the end's save fails too, and is not said twice
+    assert warnings[0].startswith("warning: run record not written:")
 
 
 def test_git_state(tmp_path: Path) -> None:
