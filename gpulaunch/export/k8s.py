@@ -89,7 +89,6 @@ def pod_context(spec: ExportSpec, kind: Kind) -> dict[str, Any]:
             {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_pvc}}
         )
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_DIR})
-    gpu = {GPU_RESOURCE: spec.gpus}
     pytorchjob = kind == "pytorchjob"
     return {
         "labels": labels,
@@ -104,7 +103,7 @@ def pod_context(spec: ExportSpec, kind: Kind) -> dict[str, Any]:
         "env": _env(spec, kind),
         "port_name": "pytorchjob-port" if pytorchjob else "c10d",
         "port": PYTORCHJOB_PORT if pytorchjob else RDZV_PORT,
-        "resources": {"limits": gpu, "requests": gpu} if spec.gpus else {},
+        "resources": _resources(spec),
         "cap_add": list(spec.cap_add),
         "volume_mounts": mounts,
         "volumes": volumes,
@@ -116,6 +115,17 @@ def pod_context(spec: ExportSpec, kind: Kind) -> dict[str, Any]:
         "node_selector": spec.node_selector,
         "affinity": _affinity(spec),
     }
+
+
+def _resources(spec: ExportSpec) -> dict[str, Any]:
+    """GPUs, and docker.memory as the memory limit (requested as much: `docker run --memory`
+    lets the container use all of it, so the scheduler must find it on the node)."""
+    wanted: dict[str, Any] = {}
+    if spec.gpus:
+        wanted[GPU_RESOURCE] = spec.gpus
+    if spec.memory:
+        wanted["memory"] = spec.memory
+    return {"limits": wanted, "requests": dict(wanted)} if wanted else {}
 
 
 def restart_policy(spec: ExportSpec, kind: Kind) -> str:

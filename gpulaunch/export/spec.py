@@ -51,6 +51,7 @@ class ExportSpec:
     nproc: int  # per node
     env: dict[str, str]
     shm: str | None  # Kubernetes quantity for the /dev/shm emptyDir, None = unbounded
+    memory: str | None  # Kubernetes quantity: the container's memory limit (docker.memory)
     host_network: bool
     cap_add: tuple[str, ...]
     node_selector: dict[str, str]
@@ -61,11 +62,11 @@ class ExportSpec:
     profile_flags: tuple[str, ...] = ()  # for `gpulaunch run` on the node (Slurm, none mode)
 
 
-def k8s_quantity(size: str) -> str:
+def k8s_quantity(size: str, field: str = "docker.shm_size") -> str:
     """docker's 16g (GiB) as Kubernetes' 16Gi."""
     match = _SHM.fullmatch(size)
     if match is None:
-        raise ConfigError(f"docker.shm_size: {size!r} is not a size like 16g")
+        raise ConfigError(f"{field}: {size!r} is not a size like 16g")
     number, unit = match.groups()
     return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]
 
@@ -121,6 +122,7 @@ def build_spec(
     launch = resolve_launch(config, cli)
     docker = {key: item.value for key, item in launch.docker.items()}
     shm = k8s_quantity(str(docker["shm_size"])) if docker.get("shm_size") else None
+    memory = k8s_quantity(str(docker["memory"]), "docker.memory") if docker.get("memory") else None
     env = launch.env_values()
     if config.launch.checkpoint_pvc:
         env["GPULAUNCH_CHECKPOINT_DIR"] = CHECKPOINT_DIR
@@ -145,6 +147,7 @@ def build_spec(
         nproc=nproc,
         env=env,
         shm=shm,
+        memory=memory,
         host_network=docker.get("network") == "host",
         cap_add=_pod_caps(docker.get("cap_add") or []),
         node_selector=dict(config.launch.node_selector),

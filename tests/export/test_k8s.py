@@ -136,6 +136,44 @@ def test_pytorchjob_shape(tmp_path: Path) -> None:
     assert "Worker" not in one["spec"]["pytorchReplicaSpecs"]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_profile_memory_and_shm_reach_every_pod(tmp_path: Path, kind: str) -> None:
+    """`docker.memory` of the profile in use is the container's memory limit (and request:
+    `docker run --memory` lets it use all of it), `docker.shm_size` the /dev/shm size."""
+    from gpulaunch.config import load_config
+
+    project = _project(tmp_path)
+    config = yaml.safe_load((project / "gpulaunch.yaml").read_text())
+    config["profiles"] = {"big": {"docker": {"memory": "64g", "shm_size": "512m"}}}
+    (project / "gpulaunch.yaml").write_text(yaml.safe_dump(config))
+    cfg = load_config(project / "gpulaunch.yaml")
+    opts = ExportOptions(script="train.py", nodes=2, profile="big")
+    docs = render_docs(build_spec(cfg, project, project, opts, IMAGE), kind)
+    assert lint_manifests(docs) == []
+    objects = [obj for doc in docs for obj in _core_objects(doc)]
+    pods = [_pod(o) for o in objects if o["kind"] in ("Job", "PodTemplate")]
+    assert pods
+    for obj in objects:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        wanted = {"nvidia.com/gpu": 8, "memory": "64Gi"}
+        assert container["resources"] == {"limits": wanted, "requests": wanted}
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Mi"}} in (
+            pod["spec"]["volumes"]
+        )
+    # without the profile: GPUs only, and /dev/shm unbounded
+    plain = render_docs(build_spec(cfg, project, project, ExportOptions("train.py"), IMAGE), kind)
+    pod = next(_pod(o) for d in plain for o in _core_objects(d) if o["kind"] != "Service")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+
+
+def _pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod template of a Job or PodTemplate object."""
+    return obj["template"] if obj["kind"] == "PodTemplate" else obj["spec"]["template"]
+
+
 def _mutate(docs: list[Any], path: str, value: Any) -> list[Any]:
     docs = copy.deepcopy(docs)
     target: Any = docs
