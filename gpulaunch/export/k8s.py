@@ -13,7 +13,7 @@ import shlex
 from typing import Any, Literal
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.export.spec import CHECKPOINT_DIR, RDZV_PORT, ExportSpec
+from gpulaunch.export.spec import CHECKPOINT_DIR, RDZV_PORT, ExportSpec, k8s_quantity
 
 Kind = Literal["job", "jobset", "pytorchjob"]
 KINDS: tuple[str, ...] = ("job", "jobset", "pytorchjob")
@@ -124,7 +124,7 @@ def _resources(spec: ExportSpec) -> dict[str, Any]:
     if spec.gpus:
         wanted[GPU_RESOURCE] = spec.gpus
     if spec.memory:
-        wanted["memory"] = spec.memory
+        wanted["memory"] = k8s_quantity(spec.memory, "docker.memory")
     return {"limits": wanted, "requests": dict(wanted)} if wanted else {}
 
 

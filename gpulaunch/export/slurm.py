@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.export.images import parse_ref
-from gpulaunch.export.spec import RDZV_PORT, ExportSpec
+from gpulaunch.export.spec import RDZV_PORT, ExportSpec, slurm_memory
 
 CONTAINERS = ("pyxis", "apptainer", "docker", "none")
 _TIME = re.compile(r"(?:[0-9]+-)?[0-9]{1,2}(?::[0-9]{2}){0,2}|[0-9]+")
@@ -83,6 +83,8 @@ def srun_argv(spec: ExportSpec, opts: SlurmOptions, project: Path) -> list[str]:
     argv = ["docker", "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
     if spec.gpus:
         argv += ["--gpus", str(spec.gpus)]
+    if spec.memory:  # the engine's container is outside the job's cgroup: limit it too
+        argv += ["--memory", spec.memory]
     for key in sorted(spec.env):
         argv += ["--env", key]  # exported above; docker passes the value through
     return [*argv, "--workdir", "/workspace", spec.image, *torchrun_argv(spec)]
@@ -114,6 +116,7 @@ def render_sbatch(spec: ExportSpec, opts: SlurmOptions, project: Path) -> str:
             nodes=spec.nodes,
             nproc=spec.nproc,
             gpus=spec.gpus,
+            memory=slurm_memory(spec.memory) if spec.memory else None,
             cpus=opts.cpus,
             time=opts.time,
             partition=opts.partition,

@@ -51,7 +51,7 @@ class ExportSpec:
     nproc: int  # per node
     env: dict[str, str]
     shm: str | None  # Kubernetes quantity for the /dev/shm emptyDir, None = unbounded
-    memory: str | None  # Kubernetes quantity: the container's memory limit (docker.memory)
+    memory: str | None  # docker.memory as docker writes it ("64g"): the container's limit
     host_network: bool
     cap_add: tuple[str, ...]
     node_selector: dict[str, str]
@@ -69,6 +69,17 @@ def k8s_quantity(size: str, field: str = "docker.shm_size") -> str:
         raise ConfigError(f"{field}: {size!r} is not a size like 16g")
     number, unit = match.groups()
     return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]
+
+
+def slurm_memory(size: str) -> str:
+    """docker's 64g as sbatch's --mem=64G (Slurm has no bytes: rounded up to MiB)."""
+    match = _SHM.fullmatch(size)
+    if match is None:
+        raise ConfigError(f"docker.memory: {size!r} is not a size like 16g")
+    number, unit = match.groups()
+    if unit.lower() in ("", "b"):
+        return f"{max(1, -(-int(number) // 2**20))}M"
+    return number + unit.upper()
 
 
 def default_name(config_name: str) -> str:
@@ -122,7 +133,9 @@ def build_spec(
     launch = resolve_launch(config, cli)
     docker = {key: item.value for key, item in launch.docker.items()}
     shm = k8s_quantity(str(docker["shm_size"])) if docker.get("shm_size") else None
-    memory = k8s_quantity(str(docker["memory"]), "docker.memory") if docker.get("memory") else None
+    memory = str(docker["memory"]) if docker.get("memory") else None
+    if memory is not None:
+        k8s_quantity(memory, "docker.memory")  # refused here, before any manifest is drawn
     env = launch.env_values()
     if config.launch.checkpoint_pvc:
         env["GPULAUNCH_CHECKPOINT_DIR"] = CHECKPOINT_DIR

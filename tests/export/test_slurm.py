@@ -107,6 +107,37 @@ def test_sbatch_script(
         assert "--env WEIRD" in srun
 
 
+@pytest.mark.parametrize("container", CONTAINERS)
+def test_profile_memory_is_the_jobs_memory(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, container: str
+) -> None:
+    """The profile's docker.memory becomes `#SBATCH --mem` (what Slurm gives each node), and
+    a container the engine starts (outside the job's cgroup) gets `--memory` as well."""
+    project = _project(tmp_path)
+    config = yaml.safe_load((project / "gpulaunch.yaml").read_text())
+    config["profiles"] = {
+        "big": {"docker": {"memory": "64g"}},
+        "odd": {"docker": {"memory": "3000000"}},
+    }
+    (project / "gpulaunch.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(project)
+    base = ["export", "slurm", "train.py", "--container", container, "--image", IMAGE]
+    code, out, err = invoke(runner, *base, "--profile", "big")
+    assert code == 0, err
+    assert "#SBATCH --mem=64G" in out.splitlines()
+    srun = next(line for line in out.splitlines() if line.startswith("srun "))
+    assert ("--memory 64g" in srun) == (container == "docker")
+    if container == "none":  # gpulaunch run on the node applies the profile itself
+        assert "--profile big" in srun
+    code, out, err = invoke(runner, *base, "--profile", "odd")
+    assert code == 0, err
+    assert "#SBATCH --mem=3M" in out.splitlines()  # Slurm counts no bytes: 2.86 MiB -> 3M
+    code, out, err = invoke(runner, *base)
+    assert code == 0, err
+    assert not any(line.startswith("#SBATCH --mem") for line in out.splitlines())
+    assert "--memory" not in out
+
+
 def test_local_image_only_for_one_docker_node(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
