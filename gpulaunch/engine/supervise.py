@@ -387,7 +387,9 @@ def _terminal(container: Any, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> It
     if _isatty(fd):
         with contextlib.suppress(termios.error):
             saved = termios.tcgetattr(fd)
-            ttymod.setraw(fd)
+            # TCSANOW, not setraw's default TCSAFLUSH: what was typed while the job started
+            # (an answer to its first prompt) is kept for the job, as docker's client keeps it
+            ttymod.setraw(fd, termios.TCSANOW)
 
     def resize(*_: Any) -> None:
         with contextlib.suppress(Exception):

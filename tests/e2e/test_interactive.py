@@ -103,6 +103,25 @@ def test_input_in_a_job_reads_what_is_typed_on_the_terminal(app: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, seen.decode("utf-8", "replace")
 
 
+def test_a_line_typed_before_the_job_asks_is_kept(app: Path) -> None:
+    """Type-ahead: the answer is typed at once, while gpulaunch still starts the container;
+    the job's input() still reads it. (That raw mode flushes nothing typed just before it is
+    proven in tests/engine/test_supervisor.py: the window is too short to hit from here.)"""
+    argv = gl_argv("run", "--", "python", "-c", ASK)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(app)
+        os.execve(sys.executable, argv, cli_env(TERM="xterm"))
+    seen = bytearray()
+    try:
+        os.write(fd, b"early\r")
+        _read_until(fd, b"got ylrae True", seen, RUN_TIMEOUT_S)
+    finally:
+        status = _reap(pid)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, seen.decode("utf-8", "replace")
+
+
 def _reap(pid: int, grace: float = 30) -> int:
     """The child's wait status; after `grace` s it is stopped (SIGTERM: gpulaunch then removes
     its container), so a job that never got its input fails the test instead of hanging it."""

@@ -461,3 +461,41 @@ def test_the_output_tail_keeps_only_the_end_and_the_container_state() -> None:
     assert code == 137 and cap.out.getvalue() == b"a" * 100 + b"THE END\n"
     assert len(tail.text()) == 20 and "THE END\n" in tail.text() and "err-line\n" in tail.text()
     assert (tail.oom_killed, tail.exit_code) == (True, 137)
+
+
+class _Sized:
+    """A container that takes terminal sizes."""
+
+    def __init__(self) -> None:
+        self.sizes: list[tuple[int, int]] = []
+
+    def resize(self, height: int, width: int) -> None:
+        self.sizes.append((height, width))
+
+
+def test_raw_mode_keeps_what_was_typed_before_it() -> None:
+    """A line typed while the job starts (before the terminal goes raw) still reaches the job:
+    raw mode is entered without flushing pending input (as docker's own client does). With a
+    flush, a quick answer to the job's first prompt was lost and the job waited forever."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        before = termios.tcgetattr(slave)
+        os.write(master, b"hello\r")  # typed on the canonical terminal: a whole line
+        assert select.select([slave], [], [], 10)[0], "the line never reached the terminal"
+        container = _Sized()
+        with runner._terminal(container, fd=slave, out_fd=slave):
+            assert not termios.tcgetattr(slave)[3] & termios.ICANON  # raw now
+            assert select.select([slave], [], [], 2)[0], "the typed line was flushed"
+            assert os.read(slave, 100) == b"hello\n"
+        assert container.sizes == [(24, 80)]
+        assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
