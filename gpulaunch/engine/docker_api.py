@@ -419,12 +419,10 @@ class Engine:
     def discard(container: Any) -> None:
         if container is None:
             return
-        from gpulaunch.engine.api.http import ApiError
-
         try:
             container.remove(force=True)
-        except ApiError:
-            pass  # already gone (or being removed)
+        except EngineError:
+            pass  # already gone (or being removed), or the engine itself went away
         except Exception as err:  # the engine went away meanwhile: nothing left to remove
             if not _from_transport(err):
                 raise

@@ -35,6 +35,7 @@ class Script:
     logs: bytes = b""  # the stored log, already framed
     stdin: bytearray = field(default_factory=bytearray)
     chunked: int = 0  # answer bodies in chunks of this many bytes (Go's way without a length)
+    logs_answer: bytes | None = None  # the whole raw answer to /logs (head and body), then close
 
 
 class FakeEngine:
@@ -161,6 +162,11 @@ class FakeEngine:
             self.exited.set()
             return self.reply(h, 204, None)
         if action == "logs":
+            if self.script.logs_answer is not None:  # a broken engine's answer, as scripted
+                h.wfile.write(self.script.logs_answer)
+                h.wfile.flush()
+                h.close_connection = True
+                return None
             return self.reply(h, 200, self.script.logs, "application/vnd.docker.raw-stream")
         if action == "resize":
             return self.reply(h, 200, None)

@@ -249,6 +249,61 @@ def test_an_engine_that_stops_answering_after_the_ping_is_named(fake: FakeEngine
     assert "GPULAUNCH_ENGINE_TIMEOUT" in (caught.value.hint or "")
 
 
+@pytest.mark.parametrize("path", ["/attach", "/logs"])
+def test_a_stream_whose_answer_never_comes_fails_within_the_timeout(
+    fake: FakeEngine, path: str
+) -> None:
+    """The head of a streamed answer (attach before start, logs) is waited for as long as any
+    call, as the SDK waits: an engine that never answers it is named, not waited on forever
+    (`run` would hang there with Ctrl-C caught). The container is removed."""
+    fake.script.hang.add(path)
+    engine = _engine(fake, GPULAUNCH_ENGINE_TIMEOUT="0.3")
+    stalled = f"the Docker engine at {fake.host} stopped answering: no answer within 0.3 s"
+    if path == "/attach":
+        with pytest.raises(EngineError) as caught:
+            supervise.supervise(engine, _plan(), out=io.BytesIO(), err=io.BytesIO(), warn=print)  # type: ignore[arg-type]
+        assert fake.removed and not fake.started.is_set()
+    else:
+        fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+        engine.create_container(create_body(_plan()))
+        with pytest.raises(EngineError) as caught:
+            engine.get_managed("gl-fake").logs()
+    assert caught.value.message == stalled
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + frame(1, b"a\n"),  # cut short
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # no chunk size
+    ],
+    ids=["cut", "bad-chunk"],
+)
+def test_a_log_stream_that_breaks_is_the_engines_failure(fake: FakeEngine, answer: bytes) -> None:
+    """Not an OSError (the CLI would call it "cannot write output", exit 2) nor a ValueError
+    (an internal error): the engine stopped answering, exit 3."""
+    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+    engine = _engine(fake)
+    engine.create_container(create_body(_plan()))
+    fake.script.logs_answer = answer
+    with pytest.raises(EngineError) as caught:
+        b"".join(engine.get_managed("gl-fake").logs(stream=True, follow=True))
+    assert caught.value.message == (
+        f"the Docker engine at {fake.host} stopped answering: the connection failed"
+    )
+
+
+def test_removing_a_container_of_an_engine_that_went_away_is_quiet(fake: FakeEngine) -> None:
+    """`discard` (the end of every run) must not replace the run's own outcome with an
+    engine error when dockerd went away meanwhile."""
+    engine = _engine(fake)
+    container = engine.create_container(create_body(_plan()))
+    fake.close()
+    engine.discard(container)  # no EngineError
+    with pytest.raises(EngineError, match="stopped answering"):
+        container.remove(force=True)  # the same call, not through discard: the engine is gone
+
+
 def test_the_wait_has_no_read_limit(fake: FakeEngine) -> None:
     """A job runs longer than GPULAUNCH_ENGINE_TIMEOUT: its wait and output must not time out."""
     import threading

@@ -167,7 +167,10 @@ class Body:
         if self.done:
             return b""
         if self.chunked and self.left == 0:
-            self.left = int(self.reader.readline().split(b";")[0].strip() or b"x", 16)
+            try:
+                self.left = int(self.reader.readline().split(b";")[0].strip() or b"x", 16)
+            except ValueError:
+                raise BadReply("a chunk without its size") from None
             if self.left == 0:
                 while self.reader.readline().strip():
                     pass  # trailers
@@ -282,19 +285,23 @@ class HttpTransport:
         return decode(status, raw)
 
     def stream(self, method: str, path: str, query: Query = None, upgrade: bool = False) -> Stream:
-        """An answer to read as it comes, without a read limit (it lasts as long as the job).
-        `upgrade`: attach, the connection then carries the job's streams both ways."""
+        """An answer to read as it comes: its head (and an error's body) within the call
+        timeout, as the SDK waits for it, then without a read limit (it lasts as long as the
+        job). `upgrade`: attach, the connection then carries the job's streams both ways."""
         target = path + ("?" + urlencode(query) if query else "")
         try:
-            status, reply, sock, reader = self._send(method, target, None, None, upgrade)
-            if status >= 400:
-                with contextlib.closing(sock):
+            status, reply, sock, reader = self._send(method, target, None, self.timeout, upgrade)
+            with contextlib.ExitStack() as closing:
+                closing.callback(sock.close)
+                if status >= 400:
                     raise api_error(status, reply.read_all()[:_HEAD_LIMIT])
+                sock.settimeout(None)
+                closing.pop_all()
         except OSError as err:
-            raise self._failure(err, None) from None
+            raise self._failure(err, self.timeout) from None
         if upgrade:  # 101 (or 200 from an old engine): the raw connection follows the head
             return SocketStream(sock, bytes(reader.buf))
-        return _BodyStream(sock, reply)
+        return _BodyStream(sock, reply, self.host)
 
 
 class SocketStream:
@@ -321,12 +328,19 @@ class SocketStream:
 
 
 class _BodyStream:
-    def __init__(self, sock: socket.socket, body: Body) -> None:
+    """A streamed answer (logs): a connection that breaks is the engine's failure, never an
+    OSError a caller would take for its own ("cannot write output")."""
+
+    def __init__(self, sock: socket.socket, body: Body, host: str) -> None:
         self.sock = sock
         self.body = body
+        self.host = host
 
     def read(self, size: int) -> bytes:
-        return self.body.read(size)
+        try:
+            return self.body.read(size)
+        except OSError as err:
+            raise stalled(self.host, isinstance(err, TimeoutError), None) from None
 
     def sendall(self, data: bytes) -> None:
         raise OSError("not an attach stream")
