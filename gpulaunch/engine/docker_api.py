@@ -77,6 +77,25 @@ def is_remote(host: str) -> bool:
     return bool(host) and not host.startswith(("unix://", "npipe://"))
 
 
+TLS_VARIABLES = ("DOCKER_TLS_VERIFY", "DOCKER_TLS", "DOCKER_CERT_PATH")
+
+
+def refuse_tls(env: Mapping[str, str], host: str) -> None:
+    """gpulaunch speaks plain HTTP to a tcp:// engine. One the user reaches with TLS (the
+    variables docker's CLI reads) is refused, never reached in clear text with the job's
+    settings and environment in the request bodies."""
+    if not host.startswith(("tcp://", "http://")):
+        return
+    for name in TLS_VARIABLES:
+        if env.get(name):
+            raise EngineError(
+                f"{name} is set, and gpulaunch reaches {host} only without TLS: it will not "
+                "send the job's settings to that engine unencrypted",
+                hint="reach the engine over ssh:// (DOCKER_HOST=ssh://user@host) or a local "
+                f"socket, or unset {name} if that engine really listens without TLS",
+            )
+
+
 class Engine:
     """Docker seam. Construct cheaply; connects on first use."""
 
@@ -95,6 +114,7 @@ class Engine:
 
     def client(self) -> Any:
         if self._client is None:
+            refuse_tls(self.env, self.host)
             import docker
             import requests
             from docker.errors import DockerException
@@ -125,6 +145,7 @@ class Engine:
             from gpulaunch.engine.api.http import HttpTransport, native_address
 
             host, timeout = self.host, self.api_timeout()
+            refuse_tls(self.env, host)
             address = native_address(host)
             if address is not None:
                 transport: Transport = HttpTransport(host, address, timeout)

@@ -304,6 +304,25 @@ def test_removing_a_container_of_an_engine_that_went_away_is_quiet(fake: FakeEng
         container.remove(force=True)  # the same call, not through discard: the engine is gone
 
 
+@pytest.mark.parametrize("variable", docker_api.TLS_VARIABLES)
+@pytest.mark.parametrize("how", ["api", "sdk"])
+def test_an_engine_asked_for_with_tls_is_refused_not_reached_in_clear(
+    variable: str, how: str
+) -> None:
+    """A tcp:// engine with docker's TLS variables set: refused before any byte is sent (both
+    the stdlib client and the SDK path), naming the variable; without them it is dialled."""
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:9", "PATH": "", variable: "1"}
+    engine = Engine(env)
+    with pytest.raises(EngineError) as caught:
+        engine.api() if how == "api" else engine.client()
+    assert caught.value.message.startswith(f"{variable} is set, and gpulaunch reaches ")
+    assert "ssh://" in (caught.value.hint or "")
+    for changed in ({variable: ""}, {"DOCKER_HOST": "unix:///nowhere.sock"}):
+        other = Engine({**env, **changed})  # no TLS asked, or a local socket: dialled
+        with pytest.raises(EngineError, match=r"^cannot reach the Docker engine at "):
+            other.api() if how == "api" else other.client()
+
+
 def test_the_wait_has_no_read_limit(fake: FakeEngine) -> None:
     """A job runs longer than GPULAUNCH_ENGINE_TIMEOUT: its wait and output must not time out."""
     import threading
