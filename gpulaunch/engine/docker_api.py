@@ -29,7 +29,13 @@ from gpulaunch.engine.buildspec import (
     _write_secrets,
 )
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _from_transport, _short, _stalls_raise, probe_cli
+from gpulaunch.engine.replies import (
+    _from_transport,
+    _short,
+    _stalls_raise,
+    probe_cli,
+    refuse_tls,
+)
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -75,25 +81,6 @@ def engine_address(env: Mapping[str, str]) -> str:
 def is_remote(host: str) -> bool:
     """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
     return bool(host) and not host.startswith(("unix://", "npipe://"))
-
-
-TLS_VARIABLES = ("DOCKER_TLS_VERIFY", "DOCKER_TLS", "DOCKER_CERT_PATH")
-
-
-def refuse_tls(env: Mapping[str, str], host: str) -> None:
-    """gpulaunch speaks plain HTTP to a tcp:// engine. One the user reaches with TLS (the
-    variables docker's CLI reads) is refused, never reached in clear text with the job's
-    settings and environment in the request bodies."""
-    if not host.startswith(("tcp://", "http://")):
-        return
-    for name in TLS_VARIABLES:
-        if env.get(name):
-            raise EngineError(
-                f"{name} is set, and gpulaunch reaches {host} only without TLS: it will not "
-                "send the job's settings to that engine unencrypted",
-                hint="reach the engine over ssh:// (DOCKER_HOST=ssh://user@host) or a local "
-                f"socket, or unset {name} if that engine really listens without TLS",
-            )
 
 
 class Engine:

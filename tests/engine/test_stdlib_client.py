@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.fake_engine import CID, FakeEngine, frame
-from gpulaunch.engine import docker_api, supervise
+from gpulaunch.engine import docker_api, replies, supervise
 from gpulaunch.engine.api.containers import frames
 from gpulaunch.engine.api.http import native_address
 from gpulaunch.engine.docker_api import Engine
@@ -304,7 +304,7 @@ def test_removing_a_container_of_an_engine_that_went_away_is_quiet(fake: FakeEng
         container.remove(force=True)  # the same call, not through discard: the engine is gone
 
 
-@pytest.mark.parametrize("variable", docker_api.TLS_VARIABLES)
+@pytest.mark.parametrize("variable", replies.TLS_VARIABLES)
 @pytest.mark.parametrize("how", ["api", "sdk"])
 def test_an_engine_asked_for_with_tls_is_refused_not_reached_in_clear(
     variable: str, how: str
