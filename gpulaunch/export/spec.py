@@ -62,22 +62,26 @@ class ExportSpec:
     profile_flags: tuple[str, ...] = ()  # for `gpulaunch run` on the node (Slurm, none mode)
 
 
-def k8s_quantity(size: str, field: str = "docker.shm_size") -> str:
-    """docker's 16g (GiB) as Kubernetes' 16Gi."""
+def docker_size(size: str, field: str) -> tuple[str, str]:
+    """docker's size ("16g", "512m", "3000000") as (number, unit: "", "k", "m" or "g");
+    ConfigError naming `field` for anything else."""
     match = _SHM.fullmatch(size)
     if match is None:
         raise ConfigError(f"{field}: {size!r} is not a size like 16g")
     number, unit = match.groups()
-    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]
+    return number, unit.lower().replace("b", "")
+
+
+def k8s_quantity(size: str, field: str = "docker.shm_size") -> str:
+    """docker's 16g (GiB) as Kubernetes' 16Gi."""
+    number, unit = docker_size(size, field)
+    return number + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
 
 
 def slurm_memory(size: str) -> str:
     """docker's 64g as sbatch's --mem=64G (Slurm has no bytes: rounded up to MiB)."""
-    match = _SHM.fullmatch(size)
-    if match is None:
-        raise ConfigError(f"docker.memory: {size!r} is not a size like 16g")
-    number, unit = match.groups()
-    if unit.lower() in ("", "b"):
+    number, unit = docker_size(size, "docker.memory")
+    if not unit:
         return f"{max(1, -(-int(number) // 2**20))}M"
     return number + unit.upper()
 
@@ -135,7 +139,7 @@ def build_spec(
     shm = k8s_quantity(str(docker["shm_size"])) if docker.get("shm_size") else None
     memory = str(docker["memory"]) if docker.get("memory") else None
     if memory is not None:
-        k8s_quantity(memory, "docker.memory")  # refused here, before any manifest is drawn
+        docker_size(memory, "docker.memory")  # refused here, before any manifest is drawn
     env = launch.env_values()
     if config.launch.checkpoint_pvc:
         env["GPULAUNCH_CHECKPOINT_DIR"] = CHECKPOINT_DIR

@@ -10,7 +10,6 @@ carrying the engine's own message.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 from typing import Any, Protocol
@@ -291,12 +290,13 @@ class HttpTransport:
         target = path + ("?" + urlencode(query) if query else "")
         try:
             status, reply, sock, reader = self._send(method, target, None, self.timeout, upgrade)
-            with contextlib.ExitStack() as closing:
-                closing.callback(sock.close)
+            try:
                 if status >= 400:
                     raise api_error(status, reply.read_all()[:_HEAD_LIMIT])
                 sock.settimeout(None)
-                closing.pop_all()
+            except BaseException:
+                sock.close()
+                raise
         except OSError as err:
             raise self._failure(err, self.timeout) from None
         if upgrade:  # 101 (or 200 from an old engine): the raw connection follows the head
@@ -339,8 +339,8 @@ class _BodyStream:
     def read(self, size: int) -> bytes:
         try:
             return self.body.read(size)
-        except OSError as err:
-            raise stalled(self.host, isinstance(err, TimeoutError), None) from None
+        except OSError:  # no read limit here: a failed connection, never a timeout
+            raise stalled(self.host, False, None) from None
 
     def sendall(self, data: bytes) -> None:
         raise OSError("not an attach stream")
