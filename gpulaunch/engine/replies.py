@@ -395,6 +395,6 @@ def refuse_tls(env: Mapping[str, str], host: str) -> None:
             raise EngineError(
                 f"{name} is set, and gpulaunch reaches {host} only without TLS: it will not "
                 "send the job's settings to that engine unencrypted",
-                hint="reach the engine over ssh:// (DOCKER_HOST=ssh://user@host) or a local "
+                hint="reach the engine over ssh:// (DOCKER_HOST=ssh://HOSTNAME) or a local "
                 f"socket, or unset {name} if that engine really listens without TLS",
             )
