@@ -21,8 +21,10 @@ CORE = sorted(
     for p in PACKAGE.rglob("*.py")
     if PACKAGE / "cli" not in p.parents and p not in SCRIPTS and p.name != "__main__.py"
 )
-MAX_LINES = 520
-MAX_MODULES = 8
+# Smoke alarms far above today's sizes, not limits: cohesion decides where code goes
+# (STYLE.md). A module or subpackage this big has grown a second idea; the alarm asks to look.
+SMOKE_LINES = 1500
+SMOKE_MODULES = 25
 
 
 def _prints_or_exits(tree: ast.AST) -> list[str]:
@@ -54,8 +56,8 @@ def test_the_check_sees_a_print() -> None:
 @pytest.mark.parametrize(
     "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
 )
-def test_modules_stay_small(path: Path) -> None:
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+def test_no_module_has_grown_a_second_idea(path: Path) -> None:
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= SMOKE_LINES
 
 
 def test_subpackages_stay_few_and_documented() -> None:
@@ -63,6 +65,6 @@ def test_subpackages_stay_few_and_documented() -> None:
     assert {p.name for p in packages} >= {"cli", "image", "launch", "engine"}
     for package in packages:
         modules = [p for p in package.glob("*.py") if p.name != "__init__.py"]
-        assert len(modules) <= MAX_MODULES, package.name
+        assert len(modules) <= SMOKE_MODULES, package.name
         docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
         assert docstring and "import" in docstring, f"{package.name}: say what it may import"
