@@ -13,39 +13,49 @@ import unicodedata
 # What str.splitlines() splits on, plus every control/format-breaking category below.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 _BAD_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+# Bidirectional controls (Unicode's Bidi_Control property, the "Trojan Source" set): the
+# embeddings and overrides U+202A-U+202E, the isolates U+2066-U+2069 and the implicit marks
+# ALM U+061C, LRM U+200E and RLM U+200F. Invisible, they reorder what a terminal, an editor
+# or a review shows, so a value reads as something it is not; no gpulaunch value needs one.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_GPUS = 4096  # more than any machine has; stops 10**20 reaching the engine
 
 
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+def _refused(char: str) -> bool:
+    """The one test for a character no single-line value may hold and no terminal is shown."""
+    return char in _LINE_BREAKS or char in _BIDI or unicodedata.category(char) in _BAD_CATEGORIES
 
 
 def shown(value: str, keep: str = "\n\t") -> str:
     """`value` safe to print on a terminal: control characters (ESC sequences, CR, C1 codes)
     and bidi overrides from labels, records or engine replies become visible escapes
     (`\\x1b`), so nobody else's text can move the cursor, retitle the window or hide a line."""
-    if not any(c in _BIDI or unicodedata.category(c) in _BAD_CATEGORIES for c in value):
+    if not any(_refused(c) for c in value):
         return value
-    return "".join(
-        c
-        if c in keep or not (c in _BIDI or unicodedata.category(c) in _BAD_CATEGORIES)
-        else ascii(c)[1:-1]
-        for c in value
-    )
+    return "".join(c if c in keep or not _refused(c) else ascii(c)[1:-1] for c in value)
 
 
 def bad_char(value: str) -> str | None:
-    """The first line-breaking or control character in `value`, or None."""
+    """A line-breaking, control or bidi character in `value`, or None.
+
+    The first one that no value accepts comes before a newline or tab, which multi-line
+    fields (build steps) allow: a caller that accepts those two can test the answer alone
+    and still never miss an ESC or a bidi override further along."""
+    found = None
     for char in value:
-        if char in _LINE_BREAKS or unicodedata.category(char) in _BAD_CATEGORIES:
-            return char
-    return None
+        if _refused(char):
+            if char not in "\n\t":
+                return char
+            found = found or char
+    return found
 
 
 def single_line(value: str) -> str:
-    """`value` unchanged, or ValueError when it has a newline, a Unicode line separator or a
-    control character (tab included): such a string can break a Dockerfile or shell line."""
+    """`value` unchanged, or ValueError when it has a newline, a Unicode line separator, a
+    control character (tab included) or a bidi control: such a string can break a Dockerfile
+    or shell line, or show a reviewer something other than what runs."""
     char = bad_char(value)
     if char is not None:
         raise ValueError(
@@ -134,21 +144,38 @@ def parse_gpus(value: object) -> int | str:
         index = ascii_int(item)
         if index is not None and index >= MAX_GPUS:
             raise ValueError(f"GPU index {item} is out of range (at most {MAX_GPUS - 1})")
-    normal = [str(int(i)) if i.isdigit() else i.lower() for i in items]
+    normal = [_gpu_key(item) for item in items]
     dupes = sorted({i for i in normal if normal.count(i) > 1})
     if dupes:
         raise ValueError(f"{value!r} names GPU {dupes[0]} twice")
     return ",".join(items)
 
 
+# An index, a GPU/MIG UUID, or a PCI bus id with or without its domain (nvidia-smi writes
+# 00000000:3B:00.0, sysfs 0000:3b:00.0, lspci 3b:00.0).
 _GPU_ID = re.compile(
     r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+"
-    r"|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+    r"|(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 )
+
+
+def _gpu_key(item: str) -> str:
+    """One device, one spelling: `00` is `0`, UUIDs ignore case, and a bus id is read as
+    numbers (domain 0 when left out) into sysfs' form, as launch.topology's normalize_bus_id
+    writes it, so duplicates are found however each was written."""
+    if item.isdigit():
+        return str(int(item))
+    if ":" not in item:
+        return item.lower()
+    *domain, bus, slot = item.split(":")
+    device, function = slot.split(".")
+    number = int(domain[0] if domain else "0", 16)
+    return f"{number:04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
 
 # Kubernetes names and labels (apimachinery validation rules), shared by config and flags.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
@@ -158,6 +185,17 @@ def dns_label(value: str, limit: int = 63) -> str:
     if len(value) > limit or not _DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a DNS label (lowercase letters, digits and -, at most {limit})"
+        )
+    return value
+
+
+def dns_1035(value: str, limit: int = 63) -> str:
+    """An RFC 1035 label: an RFC 1123 label that starts with a letter. Kubernetes asks it of
+    Service names (and of what the Job, JobSet and operator name after them)."""
+    if len(value) > limit or not _DNS_1035.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a DNS label that starts with a letter (DNS-1035: lowercase "
+            f"letters, digits and -, at most {limit})"
         )
     return value
 

@@ -3,7 +3,9 @@
 Hostile input (alias bombs, huge or binary files, non-UTF-8, deep nesting) becomes a
 `ConfigError` with a one-line reason. Floats are never produced: `torch: 2.10` stays the
 string "2.10" because gpulaunch.yaml has no float fields and versions must not lose digits;
-integers are plain decimals only (YAML 1.1's `1:0`, `022`, `0x10` stay strings).
+an integer is only what prints back as written (`-5`, `10`): `+1`, `-0`, `022`, `0x10`, `1:0`,
+`1e3`, `.5`, `-.inf` and dates stay the strings they were written as, so an env value given
+unquoted reaches the job as typed, and a number field refuses the odd spellings.
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ def _loader_class() -> type:
         first: [
             (tag, rx)
             for tag, rx in resolvers
-            if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:bool", _INT)
+            if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:bool", _INT, _TIMESTAMP)
         ]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     for first in "tTfF":
         _Loader.yaml_implicit_resolvers.setdefault(first, []).insert(0, _BOOL_1_2)
-    # Integers are plain decimals only: YAML 1.1 reads `1:0` as 60 (base 60), `022` as 18
-    # (octal), `0x10` as 16 and `1_000` as 1000; those stay the strings they were written as.
+    # Integers are canonical decimals only, the text str(int) gives back: YAML 1.1 reads `1:0`
+    # as 60 (base 60), `022` as 18 (octal), `0x10` as 16, `1_000` as 1000, `+1` as 1 and `-0`
+    # as 0; those stay the strings they were written as. No text is lost on the way to a
+    # string field (`coerce_numbers_to_str` gives back exactly what was written).
     for first in "-+0123456789":
         _Loader.yaml_implicit_resolvers.setdefault(first, []).append(_INT_DECIMAL)
     _Loader.construct_mapping = _construct_unique_mapping
@@ -53,7 +57,8 @@ def _loader_class() -> type:
 
 
 _INT = "tag:yaml.org,2002:int"
-_INT_DECIMAL = (_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"))
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"  # `2024-01-01` would be a date, not the text
+_INT_DECIMAL = (_INT, re.compile(r"^(?:0|-?[1-9][0-9]*)$"))
 _BOOL_1_2 = ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"))
 
 

@@ -14,6 +14,14 @@ once, as without -i); a terminal is allocated when stdin and stdout are both ter
 `--interactive/--no-interactive` and `--tty/--no-tty` decide instead. With a terminal, the
 local one is put in raw mode (keys, Ctrl-C included, go to the job as typed) and always
 restored; its size follows the local window (SIGWINCH).
+
+Detach keys: with a terminal, the engine watches stdin for a detach sequence (Ctrl-P Ctrl-Q
+unless the attach names another; it cannot be turned off) and on it drops the attach while
+the job runs on. gpulaunch names a sequence nobody types (DETACH_KEYS), so Ctrl-P and Ctrl-Q
+reach the job as typed; should the attach still end while the job runs, the job is stopped
+as by Ctrl-C, with one line saying why, instead of waiting blind on a raw terminal. A
+terminal with stdin that is not one (`--tty` with piped input) is refused, as `docker run
+-it` refuses it: the job would never read end-of-file.
 """
 
 from __future__ import annotations
@@ -24,12 +32,13 @@ import select
 import signal
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, create_body
-from gpulaunch.errors import EngineError, ExitCode, RlimitRefused, RunError
+from gpulaunch.errors import ConfigError, EngineError, ExitCode, RlimitRefused, RunError
 
 _SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
     signal.SIGHUP: ExitCode.HANGUP,
@@ -238,8 +247,10 @@ def supervise(
                 args=(sock, STDIN_FD, finished),
                 daemon=True,
             ).start()
+        # with a terminal, an attach that ends before the job means the engine detached it
+        lost = streamed[0] if sock is not None and plan.stdin and plan.tty else None
         with _terminal(container) if plan.tty else contextlib.nullcontext():
-            _watch(container, plan, stopper, stop, finished)
+            _watch(container, plan, stopper, stop, finished, lost, warn)
         for done in streamed:
             done.wait(5)
         if tail is not None:
@@ -267,13 +278,26 @@ def _watch(
     stopper: _Stopper,
     stop: threading.Event | None,
     finished: threading.Event,
+    lost: threading.Event | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> None:
     """Until the job ends: a first signal (or `stop`) sends SIGTERM and arms SIGKILL after
-    the stop timeout; a second signal sends SIGKILL at once."""
+    the stop timeout; a second signal sends SIGKILL at once. `lost` (the terminal's attach
+    ended) that the job outlives by DETACH_GRACE_S stops the job as a first signal would."""
     graceful_sent = forced = False
+    lost_since: float | None = None
     while not finished.is_set():
         stopper.event.wait(0.2)
         requested = stop is not None and stop.is_set()
+        if lost is not None and lost.is_set() and not graceful_sent:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since >= DETACH_GRACE_S and not finished.is_set():
+                if warn is not None:
+                    warn(
+                        "warning: the engine detached the terminal while the job ran "
+                        "(detach keys typed, or the engine dropped the attach); stopping the job"
+                    )
+                stopper.count = stopper.count or 1
         if (stopper.count or requested) and not graceful_sent:
             graceful_sent = True
             if requested and isinstance(stop, StopRequest):
@@ -296,6 +320,12 @@ def _signal(container: Any, name: str) -> None:
 # -- interactive jobs: stdin and a terminal ------------------------------------------------
 STDIN_FD = 0
 STDOUT_FD = 1
+# The engine's detach sequence for our attach (moby/term's key names): eight control keys no
+# program or person types in this order, so the default Ctrl-P Ctrl-Q reach the job. The
+# engine matches it only on one-byte reads and holds at most the first key (Ctrl-]) until
+# the next byte comes.
+DETACH_KEYS = "ctrl-],ctrl-^,ctrl-@,ctrl-_,ctrl-],ctrl-^,ctrl-@,ctrl-_"
+DETACH_GRACE_S = 2.0  # an attach that ends this long before the job was detached
 
 
 def _isatty(fd: int) -> bool:
@@ -328,18 +358,29 @@ def choose(
     stdin_fd: int = STDIN_FD,
     stdout_fd: int = STDOUT_FD,
 ) -> tuple[bool, bool]:
-    """(pass stdin, allocate a terminal) from the flags, None meaning "decide from the fds"."""
+    """(pass stdin, allocate a terminal) from the flags, None meaning "decide from the fds".
+
+    A terminal for a job whose stdin comes from a pipe, a file or a background process is
+    refused (ConfigError naming --tty): the job's terminal would echo the input, mangle its
+    bytes and never pass end-of-file, so the job would wait for input forever."""
     terminal_in = _isatty(stdin_fd) and _foreground(stdin_fd)
     if interactive is None:
         interactive = terminal_in or _pipe_or_file(stdin_fd)
     if tty is None:
         tty = interactive and terminal_in and _isatty(stdout_fd)
+    elif tty and interactive and not terminal_in:
+        raise ConfigError(
+            "--tty: stdin is not a terminal in the foreground (piped input never ends under a "
+            "terminal); use --no-tty to pass it, or --no-interactive for a terminal without input"
+        )
     return interactive, tty
 
 
 def _attach_socket(container: Any, stdin: bool) -> Any:
     """One attach connection for stdin (when passed), stdout and stderr, made before start."""
-    params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    params: dict[str, Any] = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+    if stdin:
+        params["detachKeys"] = DETACH_KEYS
     return container.attach_socket(params=params)
 
 

@@ -51,6 +51,14 @@ def master_host(spec: ExportSpec, kind: Kind) -> str:
     return f"{spec.name}-0.{spec.name}"
 
 
+def literal(text: str) -> str:
+    """`text` as Kubernetes hands it to the process. The kubelet expands `$(VAR)` in a
+    container's command, args and env values and reads `$$` as `$`, so a `$(HOME)` or a `$$`
+    meant for the job would change on the way; doubling every `$` (the documented escape)
+    makes any text arrive as written, as `gpulaunch run` passes it."""
+    return text.replace("$", "$$")
+
+
 def _env(spec: ExportSpec, kind: Kind) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if kind != "pytorchjob":  # the Kubeflow operator injects these itself
@@ -63,7 +71,7 @@ def _env(spec: ExportSpec, kind: Kind) -> list[dict[str, Any]]:
             {"name": "PET_MASTER_PORT", "value": str(RDZV_PORT)},
         ]
     items += [{"name": key, "value": value} for key, value in sorted(spec.env.items())]
-    return items
+    return [{**e, "value": literal(e["value"])} if "value" in e else e for e in items]
 
 
 def _affinity(spec: ExportSpec) -> dict[str, Any] | None:
@@ -99,7 +107,7 @@ def pod_context(spec: ExportSpec, kind: Kind) -> dict[str, Any]:
         "container": "pytorch" if pytorchjob else "trainer",
         "image": spec.image,
         "command": ["torchrun"],
-        "args": [spec.script, *spec.args],
+        "args": [literal(arg) for arg in (spec.script, *spec.args)],
         "env": _env(spec, kind),
         "port_name": "pytorchjob-port" if pytorchjob else "c10d",
         "port": PYTORCHJOB_PORT if pytorchjob else RDZV_PORT,

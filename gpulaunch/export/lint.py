@@ -1,9 +1,10 @@
 """gpulaunch's own checks on Kubernetes manifests, for what schemas cannot see.
 
 kubernetes-validate (the tests) checks field names and types; these check the meaning:
-GPU requests equal limits, names and pod hostnames are DNS labels of at most 63
-characters, the headless Service is the pods' subdomain and selects them, and the
-rendezvous host is pod 0's DNS name under that Service.
+GPU requests equal limits, every `name` the manifests hold (objects, containers, ports,
+volumes, replicated jobs: found by walking, so a new one is checked too) and every pod
+hostname is a DNS-1035 label of at most 63 characters, the headless Service is the pods'
+subdomain and selects them, and the rendezvous host is pod 0's DNS name under that Service.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gpulaunch.textcheck import dns_label, label_key, label_value
+from gpulaunch.textcheck import dns_1035, label_key, label_value
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# Maps whose keys are the user's data (a label called `name`), and the env list, whose
+# `name` is a variable name: the only places a `name` key is not an object's DNS name.
+_NOT_NAMES = frozenset({"labels", "annotations", "nodeSelector", "selector", "matchLabels", "env"})
 
 
 def _pods(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], int]]:
@@ -41,10 +45,23 @@ def _env(pod: dict[str, Any]) -> dict[str, Any]:
 
 def _check_name(what: str, name: Any) -> list[str]:
     try:
-        dns_label(str(name))
+        dns_1035(str(name))
     except ValueError as err:
         return [f"{what}: {err}"]
     return []
+
+
+def _names(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """(field path, value) for every `name` key in a manifest, outside _NOT_NAMES."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "name":
+                yield f"{path}.name", value
+            elif key not in _NOT_NAMES:
+                yield from _names(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _names(item, f"{path}[{index}]")
 
 
 def lint_manifests(docs: list[dict[str, Any]]) -> list[str]:
@@ -53,8 +70,10 @@ def lint_manifests(docs: list[dict[str, Any]]) -> list[str]:
     services = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Service"}
     for doc in docs:
         meta = doc.get("metadata") or {}
-        name = meta.get("name", "")
-        problems += _check_name(f"{doc.get('kind')} name", name)
+        problems += _check_name(f"{doc.get('kind')} name", meta.get("name", ""))
+        for where, value in _names(doc, str(doc.get("kind"))):
+            if where != f"{doc.get('kind')}.metadata.name":
+                problems += _check_name(where, value)
         for key, value in (meta.get("labels") or {}).items():
             try:
                 label_key(key)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpulaunch.engine.runspec import WORKSPACE
 from gpulaunch.errors import ConfigError
-from gpulaunch.textcheck import dns_label, single_line
+from gpulaunch.textcheck import dns_1035, single_line
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
@@ -41,7 +41,7 @@ class ExportOptions:
 
 @dataclass(frozen=True)
 class ExportSpec:
-    name: str  # a DNS label: Job, Service and Slurm job name
+    name: str  # a DNS-1035 label: Job, Service and Slurm job name
     image: str
     script: str  # path inside the image (/workspace/...)
     args: tuple[str, ...]
@@ -87,8 +87,11 @@ def slurm_memory(size: str) -> str:
 
 
 def default_name(config_name: str) -> str:
-    """The project name as a DNS label short enough for `NAME-node-0-0` hostnames."""
+    """The project name as a DNS-1035 label (a Service name starts with a letter) short
+    enough for `NAME-node-0-0` hostnames: `2024-llm` becomes `job-2024-llm`."""
     name = re.sub(r"[^a-z0-9-]+", "-", config_name.lower()).strip("-")
+    if name and not name[0].isalpha():
+        name = f"job-{name}"
     return (name[:40].rstrip("-")) or "gpulaunch"
 
 
@@ -116,7 +119,7 @@ def build_spec(
         raise ConfigError(f"--restarts: {opts.restarts} is not between 0 and 1000")
     name = opts.name or default_name(config.name)
     try:
-        dns_label(name, 40)
+        dns_1035(name, 40)
     except ValueError as err:
         raise ConfigError(f"--name: {err}") from None
     gpus = per_node_gpus(opts.gpus, config.launch.gpus)

@@ -19,7 +19,7 @@ def test_yaml_1_1_numbers_stay_strings(text: str) -> None:
     assert parse_yaml_text(f"a: {text}\nb: [{text}]\n", "t.yaml") == {"a": text, "b": [text]}
 
 
-@pytest.mark.parametrize(("text", "value"), [("0", 0), ("10", 10), ("-5", -5), ("+12", 12)])
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("10", 10), ("-5", -5), ("-12", -12)])
 def test_plain_decimals_are_integers(text: str, value: int) -> None:
     assert parse_yaml_text(f"a: {text}\n", "t.yaml") == {"a": value}
 
