@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpulaunch.engine.docker_api import engine_address, is_remote
+from gpulaunch.engine.docker_api import PROBE_SUFFIX, engine_address, is_remote
 from gpulaunch.errors import ConfigError, EngineError, GpulaunchError
 
 NO_RUNTIME_FIX = (
@@ -34,7 +34,7 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
     run_id = new_run_id()
     plan = RunPlan(
         image=image,
-        name=f"gl-{project.replace('/', '-')}-{run_id}-gpu-probe",
+        name=f"gl-{project.replace('/', '-')}-{run_id}{PROBE_SUFFIX}",
         command=["true"],
         env={},
         mounts=[],

@@ -1,17 +1,16 @@
 """The only place that talks to Docker: the docker SDK plus the docker CLI for BuildKit builds.
 
-Tests fake this seam (or run it against a real engine, marker `docker`). It honours
-DOCKER_HOST and, when that is unset, the endpoint of the active docker context. Connecting
-and the first ping time out after a few seconds, so a hung engine is a quick exit 3; every
-later request has a read timeout (GPULAUNCH_ENGINE_TIMEOUT, default 60 s), and an engine that
-answered the ping and then stops answering is an EngineError naming its address.
-"""
+Tests fake this seam (or run it against a real engine, marker `docker`). Where the engine is
+(DOCKER_HOST, else the active docker context's endpoint) and the TLS that reaches it are read
+once, by docker's rules, in `api.address`, for the SDK, the stdlib client and the CLI alike.
+Connecting and the first ping time out after a few seconds, so a hung engine is a quick exit
+3; every later call has a deadline (GPULAUNCH_ENGINE_TIMEOUT, default 60 s) for the whole
+answer, and an engine that answered the ping and then stops answering is an EngineError
+naming its address."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 import subprocess
@@ -29,13 +28,7 @@ from gpulaunch.engine.buildspec import (
     _write_secrets,
 )
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import (
-    _from_transport,
-    _short,
-    _stalls_raise,
-    probe_cli,
-    refuse_tls,
-)
+from gpulaunch.engine.replies import _from_transport, _short, _stalls_raise, probe_cli
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -43,44 +36,36 @@ from gpulaunch.errors import (
 )
 
 if TYPE_CHECKING:
+    from gpulaunch.engine.api.address import Address
     from gpulaunch.engine.api.http import Transport
 
 MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
+PROJECT_LABEL = "io.gpulaunch.project"
+PROBE_SUFFIX = "-gpu-probe"  # ci/gpus.py's throw-away container: gl-PROJECT-RUNID-gpu-probe
 RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # runspec.new_run_id's format only
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
 
 
-def _context_host(env: Mapping[str, str]) -> str | None:
-    """Endpoint of the active docker context (`docker context use`), if not the default."""
-    config_dir = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    name = env.get("DOCKER_CONTEXT")
-    if not name:
-        try:
-            name = json.loads((config_dir / "config.json").read_text()).get("currentContext")
-        except (OSError, ValueError):
-            return None
-    if not name or name == "default":
-        return None
-    meta = config_dir / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
-    try:
-        data = json.loads((meta / "meta.json").read_text())
-        host = data["Endpoints"]["docker"]["Host"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise EngineError(f"docker context {name!r}: cannot read its endpoint") from None
-    return str(host)
-
-
 def engine_address(env: Mapping[str, str]) -> str:
     """The engine's address as this seam connects to it: DOCKER_HOST, else the endpoint of
-    the active docker context, else the default socket. EngineError when that context
-    cannot be read. Everything that asks "is the engine on this machine?" asks here."""
-    return env.get("DOCKER_HOST") or _context_host(env) or "unix:///var/run/docker.sock"
+    the active docker context, else the default socket (`api.address.resolve`: docker's
+    rules). EngineError when that context cannot be read, ConfigError when docker would not
+    take the address. Everything that asks "is the engine on this machine?" asks here."""
+    from gpulaunch.engine.api.address import resolve
+
+    return resolve(env).url
 
 
 def is_remote(host: str) -> bool:
-    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs."""
-    return bool(host) and not host.startswith(("unix://", "npipe://"))
+    """An engine on another machine (tcp://, ssh://): this machine's GPUs are not its GPUs.
+    An address docker would not take is not this machine either."""
+    from gpulaunch.engine.api.address import parse
+
+    try:
+        return parse(host).remote
+    except ConfigError:
+        return True
 
 
 class Engine:
@@ -96,21 +81,32 @@ class Engine:
 
     # -- connection -------------------------------------------------------------------
     @property
+    def address(self) -> Address:
+        """Where the engine is and the TLS that reaches it (`api.address.resolve`)."""
+        from gpulaunch.engine.api.address import resolve
+
+        return resolve(self.env)
+
+    @property
     def host(self) -> str:
-        return engine_address(self.env)
+        return self.address.url
 
     def client(self) -> Any:
+        """The docker SDK (build, push, doctor's facts), connected as `api.sdk.connected`
+        says: the same address, TLS and ssh client as every other call."""
         if self._client is None:
-            refuse_tls(self.env, self.host)
             import docker
             import requests
             from docker.errors import DockerException
 
+            from gpulaunch.engine.api.sdk import connected
+
+            address = self.address
             client = None
             try:
-                # version=None asks the engine's /version: that answer is the reachability
-                # check (a separate /_ping would be one more round trip on every command)
-                client = docker.DockerClient(base_url=self.host, timeout=PING_TIMEOUT_S)
+                # the engine's /version is the reachability check (a separate /_ping would
+                # be one more round trip on every command)
+                client = connected(docker.DockerClient, address, PING_TIMEOUT_S)
             except (DockerException, requests.RequestException) as err:
                 if client is not None:
                     client.close()
@@ -126,20 +122,19 @@ class Engine:
         return self._client
 
     def api(self) -> Transport:
-        """The engine's HTTP API without the docker SDK (unix:// and tcp://; other schemes
-        through the SDK's session), pinged on first use with a short limit."""
+        """The engine's HTTP API, pinged on first use with a short limit: a local unix socket
+        through the stdlib client, every other engine (tcp:// with or without TLS, ssh://,
+        npipe://) through the docker SDK's session with the address's TLS."""
         if self._api is None:
-            from gpulaunch.engine.api.http import HttpTransport, native_address
+            from gpulaunch.engine.api.http import HttpTransport
 
-            host, timeout = self.host, self.api_timeout()
-            refuse_tls(self.env, host)
-            address = native_address(host)
-            if address is not None:
-                transport: Transport = HttpTransport(host, address, timeout)
+            address, timeout = self.address, self.api_timeout()
+            if address.socket is not None:
+                transport: Transport = HttpTransport(address.url, address.socket, timeout)
             else:
                 from gpulaunch.engine.api.sdk import SdkTransport
 
-                transport = SdkTransport(host, timeout)
+                transport = SdkTransport(address, timeout)
             transport.ping(PING_TIMEOUT_S)
             self._api = transport
         return self._api
@@ -169,7 +164,7 @@ class Engine:
         replies.remember_refused_ulimit(self.identity(), name)
 
     def api_timeout(self) -> float:
-        """Read timeout of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
+        """Deadline of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
         return replies.api_timeout(self.env)
 
     def network_names(self) -> set[str]:
@@ -196,8 +191,14 @@ class Engine:
         return self._cli if isinstance(self._cli, DockerCli) else None
 
     def _cli_env(self) -> dict[str, str]:
+        """The docker CLI's environment: the same address and TLS as the SDK's (a context's
+        TLS files lie as DOCKER_CERT_PATH wants them: ca.pem, cert.pem, key.pem)."""
         env = dict(self.env)
-        env.setdefault("DOCKER_HOST", self.host)
+        address = self.address
+        env.setdefault("DOCKER_HOST", address.url)
+        if address.tls is not None:
+            env["DOCKER_TLS_VERIFY" if address.tls.verify else "DOCKER_TLS"] = "1"
+            env["DOCKER_CERT_PATH"] = address.tls.folder
         env["DOCKER_BUILDKIT"] = "1"
         return env
 
@@ -486,8 +487,23 @@ class Engine:
         container._image = image  # `ps` shows its tags: not asked again
         return {} if image is None else image.labels  # image gone: nothing was inherited
 
+    def is_job(self, container: Any) -> bool:
+        """A container `run` made, by all it set together: its own run id (`run_id_of`), the
+        managed label, a project label, and the name `run` gives it (gl-PROJECT-RUNID, or the
+        GPU probe's). Labels copied by hand onto `docker run` do not pass: the name carries
+        the run id too, and the engine gives a name to one container only."""
+        run_id = self.run_id_of(container)
+        labels = container.labels or {}
+        project = labels.get(PROJECT_LABEL)
+        if run_id is None or labels.get(MANAGED_LABEL) != "true":
+            return False
+        if not isinstance(project, str) or not project:
+            return False
+        stem = f"gl-{project.replace('/', '-')}-{run_id}"
+        return str(container.name) in (stem, stem + PROBE_SUFFIX)
+
     def list_managed(self, all_states: bool = False) -> list[Any]:
-        """Containers `gpulaunch run` started (by their own run-id label)."""
+        """Containers `gpulaunch run` started (`is_job`): what `ps` lists."""
         from gpulaunch.engine.api.containers import list_ids
         from gpulaunch.engine.api.http import ApiError
 
@@ -496,13 +512,14 @@ class Engine:
         except ApiError as err:
             raise EngineError(f"cannot list containers: {_short(err)}") from None
         found = [self._container(i, "cannot list containers") for i in ids]
-        return [c for c in found if c is not None and self.run_id_of(c) is not None]
+        return [c for c in found if c is not None and self.is_job(c)]
 
     def get_managed(self, ident: str) -> Any:
+        """The container `ident` if `run` started it (`is_job`): what `logs` and `stop` touch."""
         container = self._container(ident, f"container {ident!r}")
         if container is None:
             raise EngineError(f"no container {ident!r}")
-        if self.run_id_of(container) is None:
+        if not self.is_job(container):
             raise EngineError(
                 f"container {ident!r} was not started by `gpulaunch run`; not touching it"
             )

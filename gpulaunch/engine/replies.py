@@ -23,7 +23,7 @@ from gpulaunch.engine.buildspec import DockerCli
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.fsio import cache_dir, read_cache, write_cache
 
-TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # seconds of each API call after the ping
+TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # deadline of each whole API call after the ping
 API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
 
 
@@ -379,22 +379,3 @@ def remember_refused_ulimit(engine_id: str, name: str, now: float | None = None)
 def _at(entry: dict[str, object]) -> float:
     at = entry.get("at")
     return float(at) if isinstance(at, int | float) else 0.0
-
-
-TLS_VARIABLES = ("DOCKER_TLS_VERIFY", "DOCKER_TLS", "DOCKER_CERT_PATH")
-
-
-def refuse_tls(env: Mapping[str, str], host: str) -> None:
-    """gpulaunch speaks plain HTTP to a tcp:// engine. One the user reaches with TLS (the
-    variables docker's CLI reads) is refused, never reached in clear text with the job's
-    settings and environment in the request bodies."""
-    if not host.startswith(("tcp://", "http://")):
-        return
-    for name in TLS_VARIABLES:
-        if env.get(name):
-            raise EngineError(
-                f"{name} is set, and gpulaunch reaches {host} only without TLS: it will not "
-                "send the job's settings to that engine unencrypted",
-                hint="reach the engine over ssh:// (DOCKER_HOST=ssh://HOSTNAME) or a local "
-                f"socket, or unset {name} if that engine really listens without TLS",
-            )

@@ -36,6 +36,7 @@ class Script:
     stdin: bytearray = field(default_factory=bytearray)
     chunked: int = 0  # answer bodies in chunks of this many bytes (Go's way without a length)
     logs_answer: bytes | None = None  # the whole raw answer to /logs (head and body), then close
+    name: str = "gl-fake"  # the container's name (`run` gives gl-PROJECT-RUNID)
 
 
 class FakeEngine:
@@ -85,7 +86,7 @@ class FakeEngine:
         running = self.started.is_set() and not self.exited.is_set()
         return {
             "Id": CID,
-            "Name": "/gl-fake",
+            "Name": "/" + self.script.name,
             "Image": "sha256:" + "1" * 64,
             "Config": {"Labels": self.script.labels, "Tty": self.script.tty},
             "State": {
@@ -143,7 +144,7 @@ class FakeEngine:
         if route == ("GET", "containers", "json") and len(parts) == 2 and parts[1] == "json":
             return self.reply(h, 200, [{"Id": CID}] if self.created and not self.removed else [])
         if parts[0] == "containers" and (
-            not self.created or self.removed or parts[1] not in (CID, "gl-fake")
+            not self.created or self.removed or parts[1] not in (CID, self.script.name)
         ):
             return self.reply(h, 404, {"message": f"No such container: {parts[1]}"})
         action = parts[2] if len(parts) > 2 else ""

@@ -13,14 +13,19 @@ from pathlib import Path
 import pytest
 
 from engine.fake_engine import CID, FakeEngine, frame
-from gpulaunch.engine import docker_api, replies, supervise
+from gpulaunch.engine import docker_api, supervise
 from gpulaunch.engine.api.containers import frames
-from gpulaunch.engine.api.http import native_address
 from gpulaunch.engine.docker_api import Engine
 from gpulaunch.engine.runspec import RunPlan, create_body
 from gpulaunch.errors import EngineError, RlimitRefused
 
 RUN_ID = "20261204-101500-a1b2c3"
+JOB = f"gl-p-{RUN_ID}"  # the name `run` gives a job of project p
+JOB_LABELS = {
+    "io.gpulaunch.managed": "true",
+    "io.gpulaunch.project": "p",
+    "io.gpulaunch.run-id": RUN_ID,
+}
 
 
 @pytest.fixture
@@ -264,10 +269,10 @@ def test_a_stream_whose_answer_never_comes_fails_within_the_timeout(
             supervise.supervise(engine, _plan(), out=io.BytesIO(), err=io.BytesIO(), warn=print)  # type: ignore[arg-type]
         assert fake.removed and not fake.started.is_set()
     else:
-        fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+        fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
         engine.create_container(create_body(_plan()))
         with pytest.raises(EngineError) as caught:
-            engine.get_managed("gl-fake").logs()
+            engine.get_managed(JOB).logs()
     assert caught.value.message == stalled
 
 
@@ -282,12 +287,12 @@ def test_a_stream_whose_answer_never_comes_fails_within_the_timeout(
 def test_a_log_stream_that_breaks_is_the_engines_failure(fake: FakeEngine, answer: bytes) -> None:
     """Not an OSError (the CLI would call it "cannot write output", exit 2) nor a ValueError
     (an internal error): the engine stopped answering, exit 3."""
-    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+    fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
     engine = _engine(fake)
     engine.create_container(create_body(_plan()))
     fake.script.logs_answer = answer
     with pytest.raises(EngineError) as caught:
-        b"".join(engine.get_managed("gl-fake").logs(stream=True, follow=True))
+        b"".join(engine.get_managed(JOB).logs(stream=True, follow=True))
     assert caught.value.message == (
         f"the Docker engine at {fake.host} stopped answering: the connection failed"
     )
@@ -304,25 +309,6 @@ def test_removing_a_container_of_an_engine_that_went_away_is_quiet(fake: FakeEng
         container.remove(force=True)  # the same call, not through discard: the engine is gone
 
 
-@pytest.mark.parametrize("variable", replies.TLS_VARIABLES)
-@pytest.mark.parametrize("how", ["api", "sdk"])
-def test_an_engine_asked_for_with_tls_is_refused_not_reached_in_clear(
-    variable: str, how: str
-) -> None:
-    """A tcp:// engine with docker's TLS variables set: refused before any byte is sent (both
-    the stdlib client and the SDK path), naming the variable; without them it is dialled."""
-    env = {"DOCKER_HOST": "tcp://127.0.0.1:9", "PATH": "", variable: "1"}
-    engine = Engine(env)
-    with pytest.raises(EngineError) as caught:
-        engine.api() if how == "api" else engine.client()
-    assert caught.value.message.startswith(f"{variable} is set, and gpulaunch reaches ")
-    assert "ssh://" in (caught.value.hint or "")
-    for changed in ({variable: ""}, {"DOCKER_HOST": "unix:///nowhere.sock"}):
-        other = Engine({**env, **changed})  # no TLS asked, or a local socket: dialled
-        with pytest.raises(EngineError, match=r"^cannot reach the Docker engine at "):
-            other.api() if how == "api" else other.client()
-
-
 def test_the_wait_has_no_read_limit(fake: FakeEngine) -> None:
     """A job runs longer than GPULAUNCH_ENGINE_TIMEOUT: its wait and output must not time out."""
     import threading
@@ -337,23 +323,6 @@ def test_the_wait_has_no_read_limit(fake: FakeEngine) -> None:
     assert code == 0
 
 
-@pytest.mark.parametrize(
-    ("host", "address"),
-    [
-        ("unix:///var/run/docker.sock", "/var/run/docker.sock"),
-        ("tcp://10.0.0.2:2375", ("10.0.0.2", 2375)),
-        ("tcp://[::1]:2375", ("::1", 2375)),
-        ("ssh://user@gpu-box", None),
-        ("https://h:2376", None),
-        ("tcp://no-port", None),
-        ("tcp://user:pw@h:2375", None),  # credentials: the SDK path (and its masking)
-        ("npipe:////./pipe/docker_engine", None),
-    ],
-)
-def test_which_engines_the_stdlib_client_reaches_itself(host: str, address: object) -> None:
-    assert native_address(host) == address
-
-
 # -- ps / logs / stop lookups --------------------------------------------------------------------
 
 
@@ -362,26 +331,26 @@ def test_ps_logs_and_stop_see_only_our_containers(fake: FakeEngine, chunked: int
     """Answers with a length and chunked ones (how the engine streams logs and long JSON)."""
     fake.script.chunked = chunked
     fake.script.exit_on_start = False
-    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID, "io.gpulaunch.project": "p"}
+    fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
     fake.script.logs = frame(1, b"a\n") + frame(2, b"b\n")
     engine = _engine(fake)
     assert engine.list_managed(True) == []
     container = engine.create_container(create_body(_plan()))
     (found,) = engine.list_managed(True)
     assert (found.name, found.id, found.short_id, found.status) == (
-        "gl-fake",
+        JOB,
         CID,
         CID[:12],
         "running",
     )
     assert found.image is not None and found.image.tags == ["img:tag"]
-    assert engine.get_managed("gl-fake").logs() == b"a\nb\n"
-    assert b"".join(engine.get_managed("gl-fake").logs(stream=True, follow=True)) == b"a\nb\n"
-    assert engine.find_leftover("gl-fake", RUN_ID) is not None
-    assert engine.find_leftover("gl-fake", "20261204-101500-ffffff") is None
+    assert engine.get_managed(JOB).logs() == b"a\nb\n"
+    assert b"".join(engine.get_managed(JOB).logs(stream=True, follow=True)) == b"a\nb\n"
+    assert engine.find_leftover(JOB, RUN_ID) is not None
+    assert engine.find_leftover(JOB, "20261204-101500-ffffff") is None
     engine.discard(container)
-    with pytest.raises(EngineError, match=r"^no container 'gl-fake'$"):
-        engine.get_managed("gl-fake")
+    with pytest.raises(EngineError, match=rf"^no container '{JOB}'$"):
+        engine.get_managed(JOB)
 
 
 def test_a_container_whose_image_carries_the_run_id_is_not_ours(fake: FakeEngine) -> None:
@@ -425,16 +394,17 @@ def test_an_error_no_caller_words_is_exit_3_docker_engine(fake: FakeEngine) -> N
 def test_engines_the_sdk_reaches_run_the_same_lifecycle_through_its_session(
     fake: FakeEngine,
 ) -> None:
-    """ssh:// and https:// engines go through the SDK's HTTP session (api/sdk.py): the same
-    calls, streams and refusals. Proven here over the fake's unix socket."""
+    """tcp:// (TLS or not) and ssh:// engines go through the SDK's HTTP session (api/sdk.py):
+    the same calls, streams and refusals. Proven here over the fake's unix socket."""
+    from gpulaunch.engine.api.address import parse
     from gpulaunch.engine.api.sdk import SdkTransport
 
     fake.script.output = [(1, b"out\n"), (2, b"err\n")]
     fake.script.exit_code = 5
     fake.script.logs = frame(1, b"logged\n")
-    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID}
+    fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
     engine = _engine(fake)
-    engine._api = SdkTransport(fake.host, 60)
+    engine._api = SdkTransport(parse(fake.host), 60)
     engine._api.ping(5)
     out, err = io.BytesIO(), io.BytesIO()
     code = supervise.supervise(engine, _plan(), out=out, err=err, warn=lambda _m: None)  # type: ignore[arg-type]
@@ -444,7 +414,7 @@ def test_engines_the_sdk_reaches_run_the_same_lifecycle_through_its_session(
         k: v for k, v in create_body(_plan()).items() if k != "name"
     }
     fake.removed = False
-    assert engine.get_managed("gl-fake").logs() == b"logged\n"
+    assert engine.get_managed(JOB).logs() == b"logged\n"
     fake.script.errors["/start"] = (500, 'could not select device driver "" with capabilities')
     with pytest.raises(EngineError, match="no NVIDIA GPU runtime"):
         engine.create_container(create_body(_plan()))
@@ -460,7 +430,7 @@ def test_ps_against_an_engine_imports_no_docker_sdk(fake: FakeEngine, tmp_path: 
     import sys
 
     fake.script.exit_on_start = False
-    fake.script.labels = {"io.gpulaunch.run-id": RUN_ID, "io.gpulaunch.project": "p"}
+    fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
     _engine(fake).create_container(create_body(_plan()))
     script = (
         "import json, runpy, sys\n"
@@ -480,4 +450,4 @@ def test_ps_against_an_engine_imports_no_docker_sdk(fake: FakeEngine, tmp_path: 
     lines = proc.stdout.splitlines()
     assert lines[-1] == "HEAVY []", proc.stdout + proc.stderr
     rows = json.loads("\n".join(lines[:-1]))
-    assert [(r["name"], r["run_id"], r["image"]) for r in rows] == [("gl-fake", RUN_ID, "img:tag")]
+    assert [(r["name"], r["run_id"], r["image"]) for r in rows] == [(JOB, RUN_ID, "img:tag")]

@@ -121,7 +121,7 @@ R1, R2 = "20261204-101500-a1b2c3", "20261204-101501-d4e5f6"  # run ids of `new_r
         # an image that itself carries a run-id label passes it on: inherited, not ours
         ({RUN_ID_LABEL: R1}, {RUN_ID_LABEL: R1}, False),
         # `gpulaunch run` of such an image sets its own, different value
-        ({RUN_ID_LABEL: R2}, {RUN_ID_LABEL: R1}, True),
+        ({**MANAGED_IMAGE, RUN_ID_LABEL: R2}, {RUN_ID_LABEL: R1}, True),
         ({}, {}, False),
         ({RUN_ID_LABEL: ""}, {}, False),
         # a label of another format is someone else's (`docker run -l io.gpulaunch.run-id=x`)
@@ -135,15 +135,16 @@ R1, R2 = "20261204-101500-a1b2c3", "20261204-101501-d4e5f6"  # run ids of `new_r
 def test_ours_only_by_own_run_id(
     labels: dict[str, str], image_labels: dict[str, str], ours: bool
 ) -> None:
-    engine = fake_engine([container("c", labels)], {"img": image_labels})
-    assert (names(engine.list_managed(True)) == ["c"]) is ours
-    leftover = engine.find_leftover("c", labels.get(RUN_ID_LABEL, "x"))
-    assert (leftover is not None and leftover.name == "c") is ours
+    c = f"gl-p-{labels[RUN_ID_LABEL]}" if labels.get(RUN_ID_LABEL) in (R1, R2) else "c"
+    engine = fake_engine([container(c, labels)], {"img": image_labels})
+    assert (names(engine.list_managed(True)) == [c]) is ours
+    leftover = engine.find_leftover(c, labels.get(RUN_ID_LABEL, "x"))
+    assert (leftover is not None and leftover.name == c) is ours
     if ours:
-        assert engine.get_managed("c").name == "c"
+        assert engine.get_managed(c).name == c
     else:
         with pytest.raises(EngineError, match="not started by `gpulaunch run`"):
-            engine.get_managed("c")
+            engine.get_managed(c)
 
 
 def test_lookups_filter_on_run_id_not_the_inheritable_managed_label() -> None:
@@ -159,8 +160,9 @@ def test_leftover_of_another_run_is_not_touched() -> None:
 
 
 def test_image_gone_counts_as_nothing_inherited() -> None:
-    engine = fake_engine([container("c", {RUN_ID_LABEL: R1}, image="deleted")], {})
-    assert engine.run_id_of(engine.get_managed("c")) == R1
+    job = container(f"gl-p-{R1}", {**MANAGED_IMAGE, RUN_ID_LABEL: R1}, image="deleted")
+    engine = fake_engine([job], {})
+    assert engine.run_id_of(engine.get_managed(f"gl-p-{R1}")) == R1
 
 
 # -- run: SCRIPT vs -- COMMAND ------------------------------------------------------------

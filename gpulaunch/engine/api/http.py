@@ -1,4 +1,5 @@
-"""The engine's HTTP API over a unix socket or plain tcp://: HTTP/1.1 on plain sockets.
+"""The engine's HTTP API over a local unix socket: HTTP/1.1 on a plain socket. Every other
+engine (tcp://, TLS or not, ssh://) goes through the docker SDK (`sdk.py`) and its TLS.
 
 Two calls: `call` (one request, its JSON answer) and `stream` (an answer read as it comes:
 logs, and attach, upgraded to the raw connection). Each connection is made for one request
@@ -6,12 +7,18 @@ logs, and attach, upgraded to the raw connection). Each connection is made for o
 SDK path's did: before the first answer "cannot reach the Docker engine at HOST: ..."; after
 it "the Docker engine at HOST stopped answering: ..."; an error status is an `ApiError`
 carrying the engine's own message.
+
+A call's limit is a deadline for the whole call (connect, send, every read of the answer),
+not a wait per read: an engine that drips one byte a second still ends it on time. A call's
+answer is at most `BODY_LIMIT` bytes; streams (logs, attach) are bounded by neither, they
+last as long as the job, but their answer's head is.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -20,6 +27,7 @@ from gpulaunch.errors import EngineError
 TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"
 UNREACHABLE_HINT = "start dockerd, or set DOCKER_HOST to a running engine"
 _HEAD_LIMIT = 64 * 1024
+BODY_LIMIT = 64 * 1024 * 1024  # a call's answer (JSON); the engine's largest are inspect lists
 _CLOSE = "Connection: close\r\n"  # one request per connection
 Query = dict[str, Any] | None
 
@@ -65,8 +73,9 @@ def unreachable(host: str, reason: str) -> EngineError:
     return EngineError(f"cannot reach the Docker engine at {host}: {reason}", hint=UNREACHABLE_HINT)
 
 
-def stalled(host: str, timed_out: bool, limit: float | None) -> EngineError:
+def stalled(host: str, timed_out: bool, limit: float | None, why: str = "") -> EngineError:
     reason = f"no answer within {limit:g} s" if timed_out and limit else "the connection failed"
+    reason = why or reason
     return EngineError(
         f"the Docker engine at {host} stopped answering: {reason}",
         hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets the wait",
@@ -93,26 +102,11 @@ def decode(status: int, raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-def native_address(host: str) -> str | tuple[str, int] | None:
-    """The socket path (unix://) or (host, port) (tcp://, http://) this client can reach
-    itself, or None: another scheme, left to the SDK."""
-    if host.startswith("unix://"):
-        return host[len("unix://") :] or None
-    for scheme in ("tcp://", "http://"):
-        if host.startswith(scheme):
-            name, _, port = host[len(scheme) :].rstrip("/").rpartition(":")
-            if name and port.isdigit() and not set("/@") & set(name):
-                return (name.strip("[]"), int(port))
-    return None
-
-
-def connect(address: str | tuple[str, int], timeout: float | None) -> socket.socket:
-    if isinstance(address, tuple):
-        return socket.create_connection(address, timeout)
+def connect(path: str, timeout: float | None) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect(address)
+        sock.connect(path)
     except BaseException:
         sock.close()
         raise
@@ -123,14 +117,37 @@ class BadReply(OSError):
     """An answer that is not HTTP, or cut short: read as a failed connection."""
 
 
-class _Reader:
-    """Buffered reads from a socket (the answer's head line by line, then its body)."""
+class TooLarge(BadReply):
+    """An answer over `BODY_LIMIT`: its reason is the error's text."""
 
-    def __init__(self, sock: socket.socket) -> None:
+
+class Deadline:
+    """The end of one call: each wait on its socket gets what is left of it (None: none)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float | None:
+        if self.end is None:
+            return None
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        return left
+
+
+class _Reader:
+    """Buffered reads from a socket (the answer's head line by line, then its body), each
+    within what is left of the call's deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
         self.sock = sock
         self.buf = bytearray()
+        self.deadline = deadline
 
     def _fill(self) -> bool:
+        if self.deadline.end is not None:
+            self.sock.settimeout(self.deadline.left())
         chunk = self.sock.recv(65536)
         self.buf += chunk
         return bool(chunk)
@@ -190,20 +207,23 @@ class Body:
             self.done = self.length == 0
         return data
 
-    def read_all(self) -> bytes:
-        parts = []
+    def read_all(self, limit: int = BODY_LIMIT) -> bytes:
+        parts, size = [], 0
         while chunk := self.read(65536):
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"an answer over {limit:,} bytes")
             parts.append(chunk)
         return b"".join(parts)
 
 
 class HttpTransport:
-    """The engine at `host` (unix:// or tcp://); `timeout` bounds each call (not streams).
+    """The engine on the unix socket `address`; `timeout` bounds each call (not streams).
 
     HTTP/1.1 by hand, one connection per request: http.client (with email and ssl under it)
     would cost more to import than all the calls of a run take."""
 
-    def __init__(self, host: str, address: str | tuple[str, int], timeout: float) -> None:
+    def __init__(self, host: str, address: str, timeout: float) -> None:
         self.host = host
         self.address = address
         self.timeout = timeout
@@ -218,22 +238,24 @@ class HttpTransport:
                 else str(getattr(err, "strerror", None) or err)
             )
             return unreachable(self.host, reason)
-        return stalled(self.host, timed_out, limit)
+        return stalled(self.host, timed_out, limit, str(err) if isinstance(err, TooLarge) else "")
 
     def _send(
-        self, method: str, target: str, data: bytes | None, read_s: float | None, upgrade: bool
+        self, method: str, target: str, data: bytes | None, deadline: Deadline, upgrade: bool
     ) -> tuple[int, Body, socket.socket, _Reader]:
-        """Send one request; (status, body, socket, reader) once the answer's head is in."""
-        sock = connect(self.address, self.timeout if read_s is None else read_s)
+        """Send one request; (status, body, socket, reader) once the answer's head is in, all
+        within `deadline`."""
+        left = deadline.left()
+        sock = connect(self.address, self.timeout if left is None else left)
         try:
-            sock.settimeout(read_s)
+            sock.settimeout(deadline.left())
             head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: gpulaunch\r\n"
             head += "Connection: Upgrade\r\nUpgrade: tcp\r\n" if upgrade else _CLOSE
             if data is not None:
                 head += "Content-Type: application/json\r\n"
             head += f"Content-Length: {len(data or b'')}\r\n\r\n"
             sock.sendall(head.encode() + (data or b""))
-            reader = _Reader(sock)
+            reader = _Reader(sock, deadline)
             status = 100
             while status == 100:  # a "100 Continue" comes before the answer
                 try:
@@ -274,7 +296,7 @@ class HttpTransport:
         data = None if body is None else json.dumps(body).encode()
         target = path + ("?" + urlencode(query) if query else "")
         try:
-            status, reply, sock, _ = self._send(method, target, data, limit, upgrade=False)
+            status, reply, sock, _ = self._send(method, target, data, Deadline(limit), False)
             try:
                 raw = reply.read_all()
             finally:
@@ -288,12 +310,14 @@ class HttpTransport:
         timeout, as the SDK waits for it, then without a read limit (it lasts as long as the
         job). `upgrade`: attach, the connection then carries the job's streams both ways."""
         target = path + ("?" + urlencode(query) if query else "")
+        deadline = Deadline(self.timeout)
         try:
-            status, reply, sock, reader = self._send(method, target, None, self.timeout, upgrade)
+            status, reply, sock, reader = self._send(method, target, None, deadline, upgrade)
             try:
                 if status >= 400:
                     raise api_error(status, reply.read_all()[:_HEAD_LIMIT])
                 sock.settimeout(None)
+                reader.deadline = Deadline(None)  # the job's output: as long as the job
             except BaseException:
                 sock.close()
                 raise
