@@ -123,9 +123,17 @@ def parse_date(value: object) -> date | None:
 
 def read_overlay(path: Path) -> Overlay:
     """Read one overlay file and check its top level (the rows are checked after merging)."""
-    from gpulaunch.yamlio import read_yaml_file
+    from gpulaunch.yamlio import read_bytes
 
-    data = read_yaml_file(path)
+    return parse_overlay(read_bytes(path), path)
+
+
+def parse_overlay(raw: bytes, path: Path) -> Overlay:
+    """An overlay file's bytes as `read_overlay` takes them: the one reader, so `catalog
+    update` checks exactly what `render` and `run` will read before it writes a file."""
+    from gpulaunch.yamlio import parse_yaml_bytes
+
+    data = parse_yaml_bytes(raw, str(path))
     where = f"catalog overlay {path}"
     if not isinstance(data, dict):
         raise CatalogError(f"{where}: expected a mapping")

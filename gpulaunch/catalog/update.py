@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from gpulaunch.catalog import overlay, pypi_facts
 from gpulaunch.catalog.pypi_facts import ReleaseFacts, vt
-from gpulaunch.errors import CatalogError
+from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.outside import pypi
 
 INDEX_ENV = "GPULAUNCH_TORCH_INDEX_URL"  # PyTorch's wheel index (a mirror, a test server)
@@ -39,6 +39,13 @@ DEFAULT_INDEX = "https://download.pytorch.org/whl"
 DEFAULT_HUB = "https://hub.docker.com"
 PROBE_TIMEOUT_S = 10.0
 OVERLAY_NAME = "pypi.yaml"
+# What one update reads and writes is bounded whatever a server answers: the newest releases
+# the catalog lacks (a few a month are published), tags from one page, and the file itself,
+# far below what an overlay may be (yamlio.MAX_BYTES) and far above what a real update writes.
+MAX_NEW_RELEASES = 24
+MAX_TAGS = 100  # Docker Hub's page_size
+MAX_OVERLAY_BYTES = 256 * 1024
+MAX_VERSION_CHARS = 32  # 2.15.1: a longer "version" is not one
 
 
 class Sources:
@@ -102,7 +109,7 @@ class Sources:
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
             return None
         self.hub_reached = True
-        return [str(r.get("name")) for r in data["results"] if isinstance(r, dict)]
+        return [str(r.get("name")) for r in data["results"][:MAX_TAGS] if isinstance(r, dict)]
 
 
 @dataclass
@@ -122,7 +129,8 @@ class _Project:
 
     def __init__(self, name: str, data: dict[str, Any] | None, sources: Sources) -> None:
         self.name = name
-        self.releases = pypi_facts.releases(data) if data else {}
+        found = pypi_facts.releases(data) if data else {}
+        self.releases = {v: f for v, f in found.items() if len(v) <= MAX_VERSION_CHARS}
         self.latest, self.latest_dist = pypi_facts.latest(data) if data else (None, [])
         self.sources = sources
 
@@ -154,11 +162,9 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
     known = {p["torch"] for rel in releases for p in rel.get("patches", [])}
     oldest = min((vt(r["minor"]) for r in releases), default=(0,))
     rows: dict[str, dict[str, Any]] = {}
-    for version in sorted(torch.releases, key=vt):
+    for version in _new_releases(torch, known, oldest, report):
         facts = torch.releases[version]
         minor = ".".join(version.split(".")[:2])
-        if version in known or vt(minor) < oldest or not facts.pythons:
-            continue
         patch = _patch_row(facts, vision, audio, report)
         existing = next((r for r in releases if r["minor"] == minor), None)
         if existing is None and minor not in rows:
@@ -173,6 +179,28 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
     images = _images(packaged, cudas, sources, report)
     report.overlay = _document(list(rows.values()), images, sources, today)
     return report
+
+
+def _new_releases(
+    torch: _Project, known: set[str], oldest: tuple[int, ...], report: UpdateReport
+) -> list[str]:
+    """The torch releases to add, oldest first: at most MAX_NEW_RELEASES, the newest (each
+    costs reads of its companions' metadata, and a row in the file)."""
+    new = [
+        version
+        for version in sorted(torch.releases, key=vt)
+        if version not in known
+        and vt(".".join(version.split(".")[:2])) >= oldest
+        and torch.releases[version].pythons
+    ]
+    if len(new) > MAX_NEW_RELEASES:
+        left = new[:-MAX_NEW_RELEASES]
+        report.unconfirmed.append(
+            f"torch {left[0]} to {left[-1]}: {len(left)} older releases not read "
+            f"(one update adds the newest {MAX_NEW_RELEASES})"
+        )
+        new = new[-MAX_NEW_RELEASES:]
+    return new
 
 
 _TAG_RE = re.compile(r"^(\d+\.\d+\.\d+)-(?:(cudnn\d*)-)?runtime-(ubuntu\d\d\.\d\d)$")
@@ -254,6 +282,7 @@ def _raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
+_DAY_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 READS_PER_COMPANION = 3  # per-release metadata reads for one torch version (newest first)
 
 
@@ -309,7 +338,8 @@ def _patch_row(
     guess = f"0.{minor + 15}.{micro}" if major == 2 else None  # torch 2.14.1 <-> 0.29.1
     tv = _companion(vision, facts, guess)
     ta = _companion(audio, facts, facts.version)
-    notes = [f"PyPI {facts.date or 'release'}"]
+    day = facts.date if facts.date and _DAY_RE.fullmatch(facts.date) else None
+    notes = [f"PyPI {day or 'release'}"]  # a server's date goes into the file only as a date
     for pairing in (tv, ta):
         if pairing.how in ("declared", "convention", "pinned"):
             notes.append(pairing.why)
@@ -457,7 +487,12 @@ def _scalar(value: object) -> str:
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):  # YAML's own escapes: a line separator, DEL or C1 from a server
+        import yaml  # stays one quoted line that reads back as the same text
+
+        text: str = yaml.safe_dump(value, default_style='"', width=float("inf"))
+        return text.rstrip("\n")
+    return json.dumps(value)
 
 
 def _is_rows(value: object) -> bool:
@@ -496,11 +531,27 @@ def run_update(
     check: Callable[[dict[str, Any]], None],
     sources: Sources | None = None,
 ) -> UpdateReport:
-    """Fetch, build the overlay, check it merges into a valid catalog (`check`), write it."""
+    """Fetch, build the overlay, and write it only when the file, as the overlay reader reads
+    it back, is bounded in size, says exactly what was built, and merges into a valid catalog
+    (`check`): a written overlay never breaks `render` or `run`."""
     sources = sources or Sources()
     report = build_update(overlay.packaged_raw(), sources, today)
-    check(report.overlay)
     target = Path(os.path.abspath(output or overlay.overlay_dir() / OVERLAY_NAME))
-    overlay.write_user_file(target, render_overlay(report.overlay, today))
+    raw = render_overlay(report.overlay, today).encode("utf-8")
+    if len(raw) > MAX_OVERLAY_BYTES:
+        raise CatalogError(
+            f"catalog update: the overlay would be {len(raw) // 1024} KiB, over the "
+            f"{MAX_OVERLAY_BYTES // 1024} KiB an update may write; nothing written"
+        )
+    try:
+        read_back = overlay.parse_overlay(raw, target)
+    except ConfigError as err:
+        raise CatalogError(f"catalog update: the overlay would not read back: {err}") from None
+    if read_back.data != report.overlay:
+        raise CatalogError(
+            "catalog update: the overlay would not read back as built; nothing written"
+        )
+    check(read_back.data)
+    overlay.write_user_file(target, raw.decode("utf-8"))
     report.path = target
     return report

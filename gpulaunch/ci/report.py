@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 from xml.etree import ElementTree as ET
 
-from gpulaunch.ci.smoke import SmokeResult
 from gpulaunch.errors import ConfigError
 from gpulaunch.fsio import open_stream, write_file
 from gpulaunch.masking import mask
+
+if TYPE_CHECKING:  # `render -o` resolves its path here without loading the smoke use case
+    from gpulaunch.ci.smoke import SmokeResult
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 SUMMARY_TAIL = 30
@@ -43,24 +47,98 @@ def check_output_file(value: str, flag: str) -> Path:
     return path
 
 
-def check_junit_file(path: Path, project: Path, force: bool) -> Path | None:
-    """The JUnit target, checked as `render -o` checks its own: inside the project no folder
-    on the way may be a link (returns the project: the writer walks from it without following
-    links), and an existing file that is not a JUnit report is kept unless --force."""
-    target = Path(os.path.abspath(path))
-    root = project if target.is_relative_to(project) and target != project else None
-    if root is not None:
-        walked = root
-        for name in target.relative_to(root).parts[:-1]:
-            walked = walked / name
-            if walked.is_symlink():
-                raise ConfigError(f"--junit: {walked} is a link; refusing to write through it")
-    if target.exists() and not force and not _is_junit(target):
+class OutputTarget(NamedTuple):
+    """Where an output file really goes: its resolved path, and the folder the writer walks
+    from without following links (the project, when the file is inside it; else None)."""
+
+    path: Path
+    root: Path | None
+
+
+MAX_LINKS = 40  # as the kernel's own limit on links in one path (ELOOP)
+
+
+def resolve_output(value: Path, project: Path, flag: str) -> OutputTarget:
+    """Resolve an output path the way the kernel will, one name at a time, and judge it by
+    where it lands, not by how it is spelled: `../x`, an alias of the project or a link
+    outside it that leads in are all seen for what they are. A link that lies inside the
+    project (a job can plant one) is refused rather than followed; the final name is left to
+    the writer, which never follows it. ConfigError names `flag`."""
+    real_project = Path(os.path.realpath(project))
+    spelled = Path.cwd() / value  # not normalized: `link/..` is the link target's parent
+    *folders, name = spelled.parts[1:] or [""]
+    if name in ("", ".", ".."):
+        raise ConfigError(f"{flag}: {value} is a folder; give a file name")
+    current, todo, links = Path("/"), list(folders), 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            if current.is_relative_to(real_project) and ".." not in todo:
+                # inside the project the writer makes the missing folders, following no link
+                return OutputTarget(Path(candidate, *todo, name), real_project)
+            raise ConfigError(f"{flag}: folder {candidate} does not exist") from None
+        except OSError as err:
+            raise ConfigError(f"{flag}: {candidate}: {err.strerror}") from None
+        if stat.S_ISLNK(info.st_mode):
+            if current.is_relative_to(real_project):
+                raise ConfigError(
+                    f"{flag}: {candidate} is a symbolic link inside the project; gpulaunch "
+                    "does not write through it"
+                )
+            links += 1
+            if links > MAX_LINKS:
+                raise ConfigError(f"{flag}: {value}: too many levels of links")
+            target = Path(os.readlink(candidate))
+            if target.is_absolute():
+                current = Path("/")
+                todo[:0] = list(target.parts[1:])
+            else:
+                todo[:0] = list(target.parts)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{flag}: {candidate} is not a folder")
+        current = candidate
+    inside = current.is_relative_to(real_project)
+    return OutputTarget(current / name, real_project if inside else None)
+
+
+def check_junit_file(path: Path, project: Path, force: bool) -> OutputTarget:
+    """The JUnit target, resolved (`resolve_output`): inside the project it is written by a
+    walk from the project that follows no link, and an existing file that is not a JUnit
+    report is kept unless --force."""
+    target = resolve_output(path, project, "--junit")
+    if os.path.lexists(target.path) and not force and not _is_junit(target.path):
         raise ConfigError(
             f"--junit: {path} exists and is not a JUnit report; refusing to overwrite it "
             "(--force replaces it)"
         )
-    return root
+    return target
+
+
+def check_summary_file(path: Path, project: Path) -> Path:
+    """$GITHUB_STEP_SUMMARY, resolved: appended to only outside the project, so a summary
+    never lands in the project's config or sources (gpulaunch.yaml, train.py), whatever
+    name or link leads there."""
+    flag = f"${SUMMARY_ENV}"
+    target = resolve_output(path, project, flag)
+    if target.root is not None:
+        raise ConfigError(
+            f"{flag}: {path} is inside the project ({target.root}); the step summary is "
+            "appended only to a file outside it"
+        )
+    if os.path.islink(target.path) or (
+        os.path.lexists(target.path) and not os.path.isfile(target.path)
+    ):
+        raise ConfigError(f"{flag}: {path} is not a regular file; refusing to append to it")
+    return target.path
 
 
 def _is_junit(path: Path) -> bool:
@@ -126,8 +204,8 @@ def junit_xml(result: SmokeResult) -> str:
 
 
 def write_junit(result: SmokeResult, path: Path, root: Path | None = None) -> None:
-    """Replace the report (checked by `check_junit_file`); `root`: walk from there without
-    following a link."""
+    """Replace the report at the path `check_junit_file` resolved; `root`: walk from there
+    without following a link."""
     write_file(path, junit_xml(result), force=True, root=root)
 
 
@@ -163,6 +241,7 @@ def _cell(text: str) -> str:
 
 
 def append_summary(result: SmokeResult, path: Path) -> None:
-    """Append to $GITHUB_STEP_SUMMARY (GitHub creates the file; other steps append too)."""
+    """Append to $GITHUB_STEP_SUMMARY (GitHub creates the file; other steps append too), at
+    the path `check_summary_file` resolved: never through a link, only to a regular file."""
     with open_stream(path, root=path.absolute().parent, append=True) as out:
         out.write(_ANSI.sub("", summary_markdown(result)))

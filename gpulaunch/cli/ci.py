@@ -100,6 +100,7 @@ def smoke(
         append_summary,
         check_junit_file,
         check_output_file,
+        check_summary_file,
         write_junit,
     )
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
@@ -124,7 +125,8 @@ def smoke(
     elif tail is not None:
         rest += tail
     cfg, project = _load(config, sets, write_cache=not dry_run)
-    junit_root = check_junit_file(junit_path, project, force) if junit_path else None
+    junit_to = check_junit_file(junit_path, project, force) if junit_path else None
+    summary_to = check_summary_file(summary_path, project) if summary_path else None
     opts = RunOptions(
         script=script, args=rest, command=command, nproc=nproc, env=list(env or []),
         mounts=list(mount or []), network=network, profile=profile, nccl=nccl, numa=numa,
@@ -146,10 +148,10 @@ def smoke(
     with open_stream(log_path, root=project) as log:
         observers = standard_observers(spec, _err, kind="smoke")  # smoke runs get records too
         result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path, observers)
-    if junit_path is not None:
-        write_junit(result, junit_path, junit_root)
-    if summary_path is not None:
-        append_summary(result, summary_path)
+    if junit_to is not None:
+        write_junit(result, *junit_to)
+    if summary_to is not None:
+        append_summary(result, summary_to)
     _finish(result, as_json, junit_path)
 
 

@@ -5,6 +5,14 @@ An explanation keeps only text from the data file, the signature's id and at mos
 matched line, masked and cut short: job output can hold secrets, and records are kept.
 Values a signature takes from the output ({module}, {path}) are checked to be what they
 claim (a module name, a path) before they are used.
+
+The output is untrusted text, so the work of matching it is bounded by construction rather
+than by tuning patterns: the matcher sees one line at a time, each cut to `MAX_LINE`
+characters, and every pattern is checked when the data file is loaded (`check_pattern`) to
+allow at most `MAX_WAYS` ways of matching from one position: no unbounded repeat of a part
+that can itself match in several ways ((a|ab)*, (a+)*), no two unbounded repeats in one
+pattern, no lookaround or back-reference. So no line costs more than a fixed amount, and
+64 KiB of output costs time linear in its size, whatever a job prints.
 """
 
 from __future__ import annotations
@@ -21,7 +29,11 @@ from gpulaunch.masking import mask
 
 DATA_FILE = "gpulaunch/data/failures.yaml"
 LINE_CAP = 200  # characters of the matched line kept
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+MAX_LINE = 1024  # characters of each output line the matcher reads (the rest is not read)
+MAX_WAYS = 16 * (MAX_LINE + 1)  # one unbounded repeat and a few short optional parts
+# colour (CSI) and title (OSC) escapes; an OSC ends at BEL or ST and runs no further than the
+# next ESC, so no two matches scan the same text
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _VALUES = {
     "module": re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"),
     "path": re.compile(r"/[^\x00-\x1f\x7f'\"]{0,200}"),
@@ -127,8 +139,8 @@ def _signature(entry: Any, index: int) -> Signature:
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise CatalogError(f"{where}: {key} must be a non-empty line")
     try:
-        patterns = tuple(re.compile(p, re.MULTILINE) for p in entry.get("match") or [])
-    except re.error as err:
+        patterns = tuple(check_pattern(p) for p in entry.get("match") or [])
+    except (re.error, ValueError) as err:
         raise CatalogError(f"{where}: bad pattern: {err}") from None
     if not patterns and not entry.get("oom_killed") and not entry.get("exit_codes"):
         raise CatalogError(f"{where}: needs match, oom_killed or exit_codes")
@@ -149,11 +161,75 @@ def _signature(entry: Any, index: int) -> Signature:
     )
 
 
+# -- bounded patterns ---------------------------------------------------------------------
+_ONE_CHAR = {"LITERAL", "NOT_LITERAL", "ANY", "IN", "AT", "CATEGORY"}
+_REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
+
+
+def check_pattern(pattern: object) -> re.Pattern[str]:
+    """A signature's pattern, compiled, once its worst case is known to be bounded.
+
+    The check reads the parse tree Python's own `re` compiles (`re._parser`, the same parse
+    `re.compile` runs), so it judges exactly what will run. It bounds the number of ways the
+    pattern can match from one position (a sequence multiplies, an alternation adds, a repeat
+    of a fixed-width item counts its lengths, an unbounded one up to MAX_LINE), which bounds
+    the backtracking on any line. ValueError names what is refused; re.error a bad pattern."""
+    import importlib
+
+    if not isinstance(pattern, str):
+        raise ValueError(f"{pattern!r} is not a string")
+    compiled = re.compile(pattern, re.MULTILINE)
+    parser: Any = importlib.import_module("re._parser")
+    ways = _ways(list(parser.parse(pattern, re.MULTILINE)), pattern)
+    if ways > MAX_WAYS:
+        raise ValueError(
+            f"{pattern!r} can match in too many ways (two unbounded repeats, or too many "
+            "optional parts); bound one, e.g. .{0,80} or \\s{0,8}"
+        )
+    return compiled
+
+
+def _ways(items: list[Any], pattern: str) -> int:
+    """An upper bound on the ways `items` (a parsed sequence) can match from one position,
+    capped just past MAX_WAYS; ValueError for a construct with no such bound."""
+    total = 1
+    for op, arg in items:
+        name = str(op)
+        if name in _ONE_CHAR:
+            continue
+        if name == "SUBPATTERN":
+            total *= _ways(list(arg[-1]), pattern)
+        elif name == "BRANCH":
+            total *= sum(_ways(list(alt), pattern) for alt in arg[1])
+        elif name in _REPEATS:
+            low, high, body = arg
+            inner = _ways(list(body), pattern)
+            if high > MAX_LINE:  # unbounded ({n,}, *, +): no longer than a line
+                if inner > 1:  # (a|ab)*, (a+)*: exponential in the line's length
+                    raise ValueError(f"{pattern!r}: an unbounded repeat of a variable part")
+                total *= MAX_LINE + 1
+            else:
+                count, power = 0, inner**low if low < 64 else MAX_WAYS + 1
+                for _ in range(low, high + 1):
+                    count = min(count + power, MAX_WAYS + 1)
+                    power = min(power * inner, MAX_WAYS + 1)
+                total *= count
+        else:  # lookarounds, back-references, conditionals: not needed to match a log line
+            raise ValueError(f"{pattern!r}: {name.lower()} is not allowed in a signature")
+        total = min(total, MAX_WAYS + 1)  # past the budget the exact count does not matter
+    return total
+
+
+def _lines(text: str) -> list[str]:
+    """The output as the matcher reads it: lines cut to MAX_LINE characters, escapes removed."""
+    return [_ANSI.sub("", line[:MAX_LINE]) for line in text.splitlines()]
+
+
 def explain(evidence: Evidence) -> Explanation | None:
     """The first signature that matches (data file order), filled in; None when none does."""
-    text = _ANSI.sub("", evidence.text)
+    lines = _lines(evidence.text)
     for sig in signatures():
-        match = _last_match(sig, text)
+        match = _last_match(sig, lines)
         if match is not None:
             return _fill(sig, evidence, match)
         if (sig.oom_killed and evidence.oom_killed) or (
@@ -170,14 +246,20 @@ def explain_failure(evidence: Evidence) -> Explanation | None:
     return explain(evidence)
 
 
-def _last_match(sig: Signature, text: str) -> re.Match[str] | None:
-    """The last occurrence of any of the signature's patterns (the latest is the cause)."""
-    best: re.Match[str] | None = None
-    for pattern in sig.patterns:
-        for match in pattern.finditer(text):
-            if best is None or match.start() > best.start():
-                best = match
-    return best
+def _last_match(sig: Signature, lines: list[str]) -> re.Match[str] | None:
+    """The last occurrence of any of the signature's patterns (the latest is the cause): the
+    last line with one, and in it the match that starts last."""
+    if not sig.patterns:
+        return None
+    for line in reversed(lines):
+        best: re.Match[str] | None = None
+        for pattern in sig.patterns:
+            for match in pattern.finditer(line):
+                if best is None or match.start() > best.start():
+                    best = match
+        if best is not None:
+            return best
+    return None
 
 
 def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Explanation:
@@ -188,10 +270,7 @@ def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Ex
             value = match.groupdict().get(name)
             if value and check.fullmatch(value):
                 values[name] = mask(value)
-        start = match.string.rfind("\n", 0, match.start()) + 1
-        end = match.string.find("\n", match.end())
-        raw = match.string[start : end if end >= 0 else None].strip()
-        line = mask(raw)[:LINE_CAP] or None
+        line = mask(match.string.strip())[:LINE_CAP] or None  # the matcher reads one line
     if values["module"]:
         values["package"] = package_of(values["module"])
     fix = sig.fix
@@ -276,13 +355,36 @@ _DETAILS: dict[str, Callable[[Evidence], str | None]] = {
 }
 
 
-def read_tail(path: Path, limit: int) -> str:
-    """The last `limit` bytes of a log file, as text (a log can be far larger than memory)."""
-    with path.open("rb") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        handle.seek(max(0, size - limit))
-        return handle.read().decode("utf-8", "replace")
+def read_tail(path: Path, limit: int, *, follow: bool = True, shown: str | None = None) -> str:
+    """The last `limit` bytes of a regular file, as text (a log can be far larger than memory).
+
+    Opened without blocking and judged by the open descriptor, not the name: a FIFO, a device,
+    a folder (or, with `follow=False`, a symbolic link) is a ConfigError (naming `shown`)
+    instead of a read that never ends, and nothing can be swapped in between a check and the
+    read."""
+    import errno
+    import os
+    import stat
+
+    shown = shown or str(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ConfigError(f"{shown}: is a symbolic link; not read") from None
+        raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{shown}: is not a regular file; only log files are read")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read(limit).decode("utf-8", "replace")
+        except OSError as err:
+            raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
 
 
 TAIL_BYTES = 64 * 1024
@@ -294,14 +396,15 @@ def explain_target(
     """`gpulaunch explain RUN_ID|LOGFILE`: (the explanation as a record keeps it, a label).
 
     A run id (the project found from `project()`) gives the recorded explanation, else its
-    smoke log's; anything else is a log file. ConfigError when it is neither."""
+    smoke log's (in the job-writable project, so never through a link); anything else is a
+    regular file. ConfigError when it is neither."""
     import os
 
     from gpulaunch.records.store import is_run_id, load
 
     env = dict(os.environ)  # NVML: the GPU facts of a fix are this host's
     path = cwd / target
-    if is_run_id(target) and not path.is_file():
+    if is_run_id(target) and not os.path.lexists(path):
         root = project()
         record = load(root, target)
         if record.get("explanation"):
@@ -310,15 +413,15 @@ def explain_target(
         if not logs:
             return None, f"run {target} (exit {record.get('exit_code')})"
         path = logs[-1]
-        evidence = Evidence(
-            read_tail(path, TAIL_BYTES), record.get("exit_code"), project=root, env=env
-        )
+        text = _read_log(path, target, follow=False)
+        evidence = Evidence(text, record.get("exit_code"), project=root, env=env)
     else:
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(f"RUN_ID|LOGFILE: {target!r} is neither a run id nor a file")
-        try:
-            evidence = Evidence(read_tail(path, TAIL_BYTES), project=cwd, env=env)
-        except OSError as err:
-            raise ConfigError(f"RUN_ID|LOGFILE: cannot read {target}: {err.strerror}") from None
+        evidence = Evidence(_read_log(path, target), project=cwd, env=env)
     found = explain(evidence)
     return (None if found is None else found.to_json()), str(path)
+
+
+def _read_log(path: Path, target: str, *, follow: bool = True) -> str:
+    return read_tail(path, TAIL_BYTES, follow=follow, shown=f"RUN_ID|LOGFILE: {target}")
