@@ -204,36 +204,75 @@ def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[Tex
 CACHE_LIMIT = 4 * 1024 * 1024
 
 
+def state_dir() -> Path:
+    """$GPULAUNCH_STATE_DIR, else $XDG_STATE_HOME/gpulaunch, else ~/.local/state/gpulaunch:
+    the record key lives here; no job's mount may reach it (launch/exposure.py)."""
+    value = os.environ.get("GPULAUNCH_STATE_DIR", "")
+    if os.path.isabs(value):
+        return Path(value)
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    return base / "gpulaunch"
+
+
 def cache_dir() -> Path:
     """$XDG_CACHE_HOME/gpulaunch, else ~/.cache/gpulaunch (the XDG default)."""
     value = os.environ.get("XDG_CACHE_HOME", "")
     return (Path(value) if os.path.isabs(value) else Path.home() / ".cache") / "gpulaunch"
 
 
-def read_cache(path: Path, limit: int = CACHE_LIMIT) -> object:
-    """A cache file's JSON, or None when it is missing, a link, not a regular file, too big
-    or not JSON: a cache only saves work, so any doubt means recomputing. The caller still
-    checks the shape of what it gets."""
-    import json
+def read_back(path: Path, limit: int) -> bytes:
+    """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log).
 
+    FileNotFoundError when there is none; ValueError saying why for anything else that is not
+    a regular file of at most `limit` bytes: a link (never followed), a folder, a FIFO or
+    device (opened non-blocking, so a planted FIFO never hangs a command), or too large.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError("is a symbolic link") from None
+        raise ValueError(f"cannot be read: {err.strerror}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+            raise ValueError("is not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             raw = fh.read(limit + 1)
-    except OSError:
-        return None
+    except OSError as err:
+        raise ValueError(f"cannot be read: {err.strerror}") from None
     finally:
         os.close(fd)
     if len(raw) > limit:
-        return None
+        raise ValueError(f"is larger than {limit} bytes")
+    return raw
+
+
+def read_json_back(path: Path, limit: int) -> object:
+    """`read_back` parsed as JSON; ValueError (why) for text that is not JSON, not UTF-8, or
+    nested too deep for the parser."""
+    import json
+
+    raw = read_back(path, limit)
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    except UnicodeDecodeError:
+        raise ValueError("is not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError("is nested too deep to be one gpulaunch wrote") from None
+    except ValueError as err:
+        raise ValueError(f"is not valid JSON ({err})") from None
+
+
+def read_cache(path: Path, limit: int = CACHE_LIMIT) -> object:
+    """A cache file's JSON, or None when it is missing or anything `read_json_back` refuses: a
+    cache only saves work, so any doubt means recomputing. The caller still checks the shape
+    of what it gets."""
+    try:
+        return read_json_back(path, limit)
+    except (OSError, ValueError):
         return None
 
 

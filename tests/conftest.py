@@ -42,10 +42,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the user's folders lie beside the test's folder, not in it: tests use tmp_path as the
+    # project, and a project that holds the state or cache folder is refused (exposure.py)
+    home = tmp_path.with_name(tmp_path.name + "-user")
+    home.mkdir(exist_ok=True)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("TERM", "dumb")
-    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(tmp_path / "_state"))
+    monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(home / "_state"))
     for key in list(os.environ):
         if (
             key.startswith("GPULAUNCH_")
@@ -60,7 +64,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # the user's overlay catalogs and caches stay out of tests; the once-a-day staleness
     # warning is off (tests/catalog/test_overlay.py turns it on where it is the subject)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "_config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "_cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "_cache"))
     monkeypatch.setenv("GPULAUNCH_NO_STALE_WARNING", "1")
 
 

@@ -15,7 +15,10 @@ from conftest import REPO
 
 PACKAGE = REPO / "gpulaunch"
 # Stdlib-only scripts that run inside the container as programs of their own.
-SCRIPTS = {PACKAGE / "launch" / "numa_bind.py", PACKAGE / "launch" / "precision_helper.py"}
+SCRIPTS = {
+    PACKAGE / "launch" / "numa_bind.py",
+    PACKAGE / "launch" / "pythonpath" / "gpulaunch_precision.py",
+}
 CORE = sorted(
     p
     for p in PACKAGE.rglob("*.py")

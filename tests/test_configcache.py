@@ -274,9 +274,10 @@ def test_a_corrupt_planted_or_unsealed_entry_is_ignored(
     elif plant == "sealed by another key":
         gpus["value"] = 8
         del entry["seal"]
+        ours = os.environ["GPULAUNCH_STATE_DIR"]
         monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(tmp_path / "another-user"))
         forged = seal(entry)
-        monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(tmp_path / "_state"))
+        monkeypatch.setenv("GPULAUNCH_STATE_DIR", ours)
         entry_file.write_text(json.dumps(forged))
     elif plant == "sealed but malformed":
         del entry["seal"]

@@ -51,6 +51,14 @@ GpusOpt = Annotated[
 ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
 MountOpt = Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")]
+UnsafeMountsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unsafe-mounts",
+        help="Let a mount reach gpulaunch's state, the engine socket, your credentials or /etc, "
+        "/proc, /sys, /dev (refused otherwise: the job could read or take them).",
+    ),
+]
 ImageOpt = Annotated[
     str | None, typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build.")
 ]
@@ -94,6 +102,7 @@ def run(
     ] = None,
     env: EnvOpt = None,
     mount: MountOpt = None,
+    allow_unsafe_mounts: UnsafeMountsOpt = False,
     network: NetworkOpt = None,
     no_container: Annotated[
         bool,
@@ -191,6 +200,7 @@ def run(
         rdzv_id=rdzv_id,
         local_addr=local_addr,
         image=image,
+        allow_unsafe_mounts=allow_unsafe_mounts,
     )
     check_options(opts)  # the same checks `rerun` applies to a record's options
     price = check_price(price)
@@ -330,7 +340,7 @@ def ps(
     all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List containers started by `gpulaunch run` (by their run-id label)."""
+    """List containers started by `gpulaunch run` (run id, project label and name together)."""
     rows = []
     for container in _engine().list_managed(all_states):
         _finish_record(container)
@@ -430,6 +440,7 @@ def shell(
     profile: ProfileOpt = None,
     env: EnvOpt = None,
     mount: MountOpt = None,
+    allow_unsafe_mounts: UnsafeMountsOpt = False,
     network: NetworkOpt = None,
     image: ImageOpt = None,
     rebuild: RebuildOpt = False,
@@ -453,6 +464,7 @@ def shell(
         gpus=gpus,
         env=list(env or []),
         mounts=list(mount or []),
+        allow_unsafe_mounts=allow_unsafe_mounts,
         network=network,
         profile=profile,
         image=image,

@@ -20,16 +20,46 @@ NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
 V4MAPPED_LOOPBACK_NAME = "localhost-v4mapped"
 
 
+MASK_BYTES = 4096  # a mask holds nothing: the smallest tmpfs the kernel gives
+
+
 @dataclass(frozen=True)
 class Mount:
-    source: str  # absolute host path
+    """A bind mount of a host path, or a mask: an empty read-only tmpfs laid over a path of
+    another mount, so the job can neither read nor write what the host has there."""
+
+    source: str  # absolute host path; "" for a mask
     target: str
     read_only: bool = False
+    kind: str = "bind"  # "bind" or "tmpfs" (a mask)
+
+    @classmethod
+    def mask(cls, target: str) -> Mount:
+        return cls("", target, True, "tmpfs")
 
     def cli(self) -> str:
+        if self.kind == "tmpfs":
+            return f"type=tmpfs,target={self.target},readonly,tmpfs-size={MASK_BYTES}"
         return f"type=bind,source={self.source},target={self.target}" + (
             ",readonly" if self.read_only else ""
         )
+
+    def body(self) -> dict[str, Any]:
+        """The engine's HostConfig.Mounts entry (what the SDK's types.Mount sends)."""
+        if self.kind == "tmpfs":
+            return {
+                "Target": self.target,
+                "Source": None,
+                "Type": "tmpfs",
+                "ReadOnly": True,
+                "TmpfsOptions": {"SizeBytes": MASK_BYTES},
+            }
+        return {
+            "Target": self.target,
+            "Source": self.source,
+            "Type": "bind",
+            "ReadOnly": self.read_only,
+        }
 
 
 @dataclass
@@ -209,10 +239,7 @@ def create_body(plan: RunPlan) -> dict[str, Any]:
     host: dict[str, Any] = {
         "Ulimits": [{"Name": k, "Soft": v, "Hard": v} for k, v in sorted(plan.ulimits.items())],
         "Init": plan.init,
-        "Mounts": [
-            {"Target": m.target, "Source": m.source, "Type": "bind", "ReadOnly": m.read_only}
-            for m in plan.mounts
-        ],
+        "Mounts": [m.body() for m in plan.mounts],
     }
     if plan.gpus not in (0, "0"):
         request: dict[str, Any] = {"Driver": "", "Count": 0, "DeviceIDs": []}

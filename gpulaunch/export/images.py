@@ -82,12 +82,14 @@ def push_target(text: str) -> ImageRef:
 
 def read_push_record(project: Path) -> dict[str, str]:
     """Local tag -> pushed reference (with digest); {} when nothing was pushed."""
+    from gpulaunch.fsio import read_json_back
+
     path = project / PUSH_RECORD
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_back(path, 1024 * 1024)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as err:
+    except ValueError as err:
         raise ConfigError(f"{path}: unreadable push record ({err}); push again") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a push record; push again")

@@ -41,6 +41,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "rdzv_id": ("--rdzv-id", "str?"),
     "local_addr": ("--local-addr", "str?"),
     "image": ("--image", "str?"),
+    "allow_unsafe_mounts": ("--allow-unsafe-mounts", "bool"),
 }
 
 # string flags that must be one non-empty line (`run`'s _check_single_line list)

@@ -1,5 +1,5 @@
-"""The run flags and config values that become parts of a run: mounts (with warnings for
-mounts that hand over the host), GPU requests, `--env`, and the script command line.
+"""The run flags and config values that become parts of a run: mounts (what they may expose
+is launch/exposure.py's), GPU requests, `--env`, and the script command line.
 One validator serves a flag and its config field.
 """
 
@@ -37,35 +37,6 @@ def parse_mount(spec: str, project: Path, where: str) -> Mount:
     if norm == WORKSPACE or WORKSPACE.startswith(norm.rstrip("/") + "/") or norm == "/":
         raise ConfigError(f"{where}: {norm!r} would hide the project mounted at {WORKSPACE}")
     return Mount(str(source), norm, read_only)
-
-
-def mount_warnings(mount: Mount, where: str) -> list[str]:
-    """Mounts that hand the container the host: `/`, the Docker socket, the home folder, or a
-    folder that holds one of them (`/run`, `/var/run`, `/home`)."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    src = os.path.realpath(mount.source)
-
-    def covers(path: str) -> bool:
-        return path == src or path.startswith(src.rstrip("/") + "/")
-
-    sockets = sorted({os.path.realpath(s) for s in DOCKER_SOCKETS} | set(DOCKER_SOCKETS))
-    held = next((s for s in sockets if covers(s)), None)
-    if src == "/":
-        what = "the host's root folder /"
-    elif held == src or os.path.basename(src) == "docker.sock":
-        what = f"the Docker socket {mount.source} (root on the host to anyone in the container)"
-    elif held is not None:
-        what = f"{mount.source}, which holds the Docker socket {held} (root on the host)"
-    elif home != "/" and covers(home):
-        what = f"your home folder {home} (keys, tokens, shell history)"
-        what = what if src == home else f"{mount.source}, which holds {what}"
-    else:
-        return []
-    mode = "read-only" if mount.read_only else "writable"
-    return [f"{where}: mounts {what} {mode} into the container"]
-
-
-DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 
 def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, base_labels, new_run_id
 from gpulaunch.errors import ConfigError, TopologyError
+from gpulaunch.launch.exposure import STATE_IN_PROJECT
 from gpulaunch.launch.flags import (
     gpu_count,
     host_paths,
     host_python,
     module_command,
-    mount_warnings,
     parse_env_flags,
     parse_gpus_flag,
     parse_mount,
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 CONTAINER_LIB = "/opt/gpulaunch/lib"
 CONTAINER_NUMA_BIND = "/opt/gpulaunch/bin/numa_bind.py"
 PRECISION_MODULE = "gpulaunch_precision.py"
+# host mode's PYTHONPATH entry: a folder of the installed package that holds only the
+# precision helper, so a job never imports gpulaunch code from a file in the project
+HOST_LIB = Path(__file__).resolve().parent / "pythonpath"
 CHECKPOINTS = "/checkpoints"
 CHECKPOINT_ENV = "GPULAUNCH_CHECKPOINT_DIR"
 
@@ -68,6 +71,7 @@ class RunOptions:
     rdzv_id: str | None = None
     local_addr: str | None = None  # torchrun --local-addr: this node's address and name
     image: str | None = None  # a pushed image to run instead of building (--image)
+    allow_unsafe_mounts: bool = False  # mounts may expose the key, engine or credentials
 
 
 @dataclass
@@ -257,7 +261,7 @@ def plan_run(
             at = 1 if command[0] == "torchrun" else 3  # host mode: python -m torch.distributed.run
             command[at:at] = ["--max-restarts", str(opts.restarts)]
 
-    lib_dir = str(host_lib_dir(project)) if host_mode else CONTAINER_LIB
+    lib_dir = str(HOST_LIB) if host_mode else CONTAINER_LIB
     run_env: dict[str, str] = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
     # the project root too, so entry scripts in subfolders import the project's package
     root = str(project) if host_mode else WORKSPACE
@@ -270,15 +274,14 @@ def plan_run(
         if use_gpus and isinstance(gpus, str) and gpus != "all":
             run_env["CUDA_VISIBLE_DEVICES"] = gpus
 
-    mounts = [Mount(str(project), WORKSPACE)]
+    binds = [(Mount(str(project), WORKSPACE), "the project")]
     user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
     mount_notes: list[str] = []
     if opts.script:
         lone = single_process_warning((cwd / opts.script).resolve(), nproc)
         mount_notes += [lone] if lone else []
     for spec, where in [*user_mounts, *((spec, "--mount") for spec in opts.mounts)]:
-        mounts.append(parse_mount(spec, project, where))
-        mount_notes += mount_warnings(mounts[-1], where)
+        binds.append((parse_mount(spec, project, where), where))
     if use_gpus and not host_mode and "cpu" in (config.image.cuda, config.image.flavor):
         field = "image.cuda: cpu" if config.image.cuda == "cpu" else "image.flavor: cpu"
         mount_notes.append(
@@ -287,9 +290,15 @@ def plan_run(
         )
     checkpoints = checkpoint_folder(config, project)
     if checkpoints is not None:
-        mounts.append(Mount(str(checkpoints), CHECKPOINTS))
+        binds.append((Mount(str(checkpoints), CHECKPOINTS), "launch.checkpoint_dir"))
         run_env[CHECKPOINT_ENV] = str(checkpoints) if host_mode else CHECKPOINTS
-        mount_notes += mount_warnings(mounts[-1], "launch.checkpoint_dir")
+    mounts = [mount for mount, _ in binds]
+    if not host_mode:  # a container job sees only what its mounts show: never our state
+        from gpulaunch.launch.exposure import guard
+
+        masks, unsafe = guard(binds, project, environ, opts.allow_unsafe_mounts)
+        mounts += masks
+        mount_notes += unsafe
     if mount_notes:
         launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
     mounts += _helper_mounts(bool(numa.ranks))
@@ -446,35 +455,23 @@ def _helper_mounts(with_numa: bool) -> list[Mount]:
     """The precision helper (always) and the NUMA wrapper (when binding), read-only."""
     from gpulaunch.launch.numa import numa_bind_script
 
-    helper = Path(__file__).resolve().parent / "precision_helper.py"
-    mounts = [Mount(str(helper), f"{CONTAINER_LIB}/{PRECISION_MODULE}", True)]
+    mounts = [Mount(str(HOST_LIB / PRECISION_MODULE), f"{CONTAINER_LIB}/{PRECISION_MODULE}", True)]
     if with_numa:
         mounts.append(Mount(str(numa_bind_script()), CONTAINER_NUMA_BIND, True))
     return mounts
 
 
-def host_lib_dir(project: Path) -> Path:
-    """Host mode: the folder holding gpulaunch_precision.py for PYTHONPATH: in the project,
-    or, when the project is read-only (a shared checkout), in the user's cache folder."""
-    if os.access(project, os.W_OK):
-        return project / ".gpulaunch" / "lib"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpulaunch" / "lib"
-
-
 def write_run_files(plan: LaunchPlan, project: Path) -> None:
-    """The files a real run needs in the project; plan_run itself writes nothing (--dry-run).
+    """The folders a real run needs; plan_run itself writes nothing (--dry-run).
 
-    Both go through the one writer: a planted link (`.gpulaunch -> /elsewhere`, or the
-    helper's name linked to a file outside) is refused, never written through.
+    Through the one writer's folder maker: a planted link (`.gpulaunch -> /elsewhere`) is
+    refused, never followed. A container run needs `.gpulaunch/` to be a real folder of the
+    user's: the mask is laid over it, and the engine would make a missing one as root.
     """
-    from gpulaunch.fsio import make_dirs, write_file
+    from gpulaunch.fsio import make_dirs
 
-    if plan.host_mode:
-        helper = Path(__file__).resolve().parent / "precision_helper.py"
-        target = host_lib_dir(project) / PRECISION_MODULE
-        top = project if target.is_relative_to(project) else None
-        top = top or next(p for p in target.parents if p.is_dir())
-        write_file(target, helper.read_bytes(), root=top, force=True)
+    if any(m.kind == "tmpfs" for m in plan.run.mounts):
+        make_dirs(project / STATE_IN_PROJECT, root=project)
     if plan.launch.log_dir:
         make_dirs(project / plan.launch.log_dir, root=project)
     if plan.checkpoint_dir is not None:

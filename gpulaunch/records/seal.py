@@ -2,12 +2,14 @@
 every project, so a record a job (or anyone who can write the project) forged or edited is
 not read back as one gpulaunch wrote.
 
-Why a seal and not only a read-only folder: the project is mounted read-write at /workspace,
-and a `--no-container` job, a co-worker's checkout or a copied tree can all write
-`.gpulaunch/runs/`. The key is `$GPULAUNCH_STATE_DIR/record-key` (default
-`$XDG_STATE_HOME/gpulaunch`, else `~/.local/state/gpulaunch`), 32 random bytes, mode 0600,
-made by the first record written. It is never mounted into a container (unless you mount
-your home folder, which `run` warns about). A job that runs on the host as you can read it:
+Why a seal as well as the mask: a container job never sees `.gpulaunch/` (launch/exposure.py
+lays an empty read-only tmpfs over it), but a `--no-container` job, a co-worker's checkout, a
+cloned or copied tree can all write `.gpulaunch/runs/`. The key is
+`$GPULAUNCH_STATE_DIR/record-key` (default `$XDG_STATE_HOME/gpulaunch`, else
+`~/.local/state/gpulaunch`), 32 random bytes, mode 0600, made by the first record written;
+a key that is a link, not a regular file, not yours, readable by others or of the wrong
+length is refused (exit 2), never used. No container mount may reach it (`run` refuses one
+that would, unless --allow-unsafe-mounts). A job that runs on the host as you can read it:
 such a job can already do anything you can, so it gains nothing by forging a record.
 
 Records from another user or machine (another key) are not read: history skips them with a
@@ -16,36 +18,57 @@ warning and rerun refuses them.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
+
+from gpulaunch.fsio import state_dir
 
 SEAL_FIELD = "seal"
 KEY_NAME = "record-key"
 _KEY_BYTES = 32
 
 
-def state_dir() -> Path:
-    """$GPULAUNCH_STATE_DIR, else $XDG_STATE_HOME/gpulaunch, else ~/.local/state/gpulaunch."""
-    value = os.environ.get("GPULAUNCH_STATE_DIR", "")
-    if os.path.isabs(value):
-        return Path(value)
-    xdg = os.environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "gpulaunch"
-
-
 def _read_key(path: Path) -> bytes | None:
+    """The key's 32 bytes; None when there is no key yet. ConfigError when the name holds
+    anything but a key only this user can read: a link, a FIFO or folder, another owner,
+    group or other permission bits, or the wrong length (a key an attacker planted or
+    could read is no key at all)."""
+    from gpulaunch.errors import ConfigError
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(_KEY_BYTES + 1)
-    return data if len(data) == _KEY_BYTES else None
+    except OSError as err:
+        why = (
+            "is a symbolic link" if err.errno == errno.ELOOP else f"cannot be read: {err.strerror}"
+        )
+        raise ConfigError(f"{path}: the record key {why}; {_FIX}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            why = "is not a regular file"
+        elif info.st_uid != os.geteuid():
+            why = f"belongs to uid {info.st_uid}, not to you"
+        elif stat.S_IMODE(info.st_mode) & 0o077:
+            why = f"has mode {stat.S_IMODE(info.st_mode):04o}, not 0600"
+        else:
+            data = os.read(fd, _KEY_BYTES + 1)
+            why = "" if len(data) == _KEY_BYTES else f"holds {len(data)} bytes, not {_KEY_BYTES}"
+    finally:
+        os.close(fd)
+    if why:
+        raise ConfigError(f"{path}: the record key {why}; {_FIX}")
+    return data
+
+
+_FIX = "remove it (gpulaunch makes a new one; records sealed with the old key are then skipped)"
 
 
 def record_key(create: bool) -> bytes | None:

@@ -103,16 +103,12 @@ _OBJECTS = ("image", "options", "config", "gpus", "restarts", "gpu_metrics", "gi
 
 def load_one(path: Path) -> dict[str, Any]:
     """One record, or ValueError saying why it is not one gpulaunch can read."""
+    from gpulaunch.fsio import read_json_back
+
     try:
-        if not path.is_file() or path.is_symlink():
-            raise ValueError("not a regular file")
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            raise ValueError("too large to be a run record")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ValueError(f"cannot read: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"not valid JSON ({err})") from None
+        data = read_json_back(path, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        raise ValueError("is gone") from None
     if not isinstance(data, dict):
         raise ValueError("not a run record (no JSON object)")
     version = data.get("schema_version")

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import subprocess
@@ -57,19 +56,26 @@ print(f"flaky attempt {n}", flush=True)
 sys.exit(3 if n == 1 else 0)
 """
 
-# A job that rewrites an earlier run's record so that `rerun` would run a shell command on the
-# host (no container): the forged record keeps the honest record's seal.
-FORGE = """\
-import json, sys
+# A job that goes for gpulaunch's state in the project (issue 29 §2): it lists the folder,
+# reads an honest record, and plants a forged record, the tag cache, a build log and the
+# precision helper module. `.gpulaunch/` is masked in the container: every try must fail.
+ATTACK = """\
+import os, sys
 from pathlib import Path
-path = Path("/workspace/.gpulaunch/runs") / (sys.argv[1] + ".json")
-rec = json.loads(path.read_text())
-rec["options"].update(script=None, args=[], no_container=True, mounts=["/etc:/host-etc"],
-                      command=["sh", "-c", "touch " + sys.argv[2]])
-rec["mode"] = "host"
-rec["command"] = ["python", "/workspace/echo.py", "harmless", "0"]
-path.write_text(json.dumps(rec))
-print("forged", path, flush=True)
+state = Path("/workspace/.gpulaunch")
+print("listing", sorted(os.listdir(state)), flush=True)
+try:
+    print("READ", (state / "runs" / (sys.argv[1] + ".json")).read_text()[:20], flush=True)
+except OSError as err:
+    print("unreadable", err.errno, flush=True)
+for rel in ("runs/" + sys.argv[1] + ".json", "runs/20990101-000000-abcdef.json", "tag-cache.json",
+            "logs/build-20990101-000000-x.log", "lib/gpulaunch_precision.py"):
+    try:
+        (state / rel).parent.mkdir(parents=True, exist_ok=True)
+        (state / rel).write_text("planted")
+        print("WROTE", rel, flush=True)
+    except OSError as err:
+        print("refused", rel, err.errno, flush=True)
 """
 
 
@@ -83,7 +89,7 @@ def proj(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("echo.py", ECHO),
         ("sleep.py", SLEEP),
         ("flaky.py", FLAKY),
-        ("forge.py", FORGE),
+        ("attack.py", ATTACK),
     ):
         (project / name).write_text(text)
     result = gl("build", cwd=project, timeout=BUILD_TIMEOUT_S)
@@ -264,40 +270,43 @@ def test_no_secret_in_records_logs_or_labels(proj: Path, docker_client: Any) -> 
     assert rec["state"] == "terminated" and rec["exit_code"] in (143, 137)
 
 
-def test_a_job_that_forges_a_record_cannot_make_rerun_run_it(proj: Path, tmp_path: Path) -> None:
-    """The project is mounted read-write: a job can rewrite `.gpulaunch/runs/`. The forged
-    record (a host shell command, a host mount, a harmless-looking command for history) is not
-    shown by history and not run by rerun; an honest record's rerun shows the line it runs."""
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_job_cannot_read_or_plant_gpulaunch_state(proj: Path) -> None:
+    """The project is mounted read-write, but `.gpulaunch/` is masked by an empty read-only
+    tmpfs: the job sees nothing there and every write fails; history, rerun, explain and a
+    host-mode run afterwards behave as if it had never tried."""
     before = set(_records(proj))
     honest = _run(proj, "echo.py", "honest", "0")
     assert honest.returncode == 0, honest.describe()
     target = _new_record(proj, before)
-    mark = tmp_path / "pwned"
-    forged = _run(proj, "forge.py", target["id"], str(mark))
-    assert forged.returncode == 0 and "forged" in forged.stdout, forged.describe()
-    forger = _new_record(proj, before | {target["id"]})
+    state = proj / ".gpulaunch"
+    kept = _tree(state)
 
-    history = gl("history", "--json", cwd=proj)
-    runs = {r["id"]: r for r in json.loads(history.stdout)["runs"]}
-    assert target["id"] not in runs and forger["id"] in runs
-    assert f"{target['id']}.json" in history.stderr and "seal" in history.stderr
+    attack = _run(proj, "attack.py", target["id"])
+    assert attack.returncode == 0, attack.describe()
+    assert "listing []" in attack.stdout, attack.stdout
+    assert "unreadable 2" in attack.stdout and "READ" not in attack.stdout, attack.stdout
+    assert "WROTE" not in attack.stdout and attack.stdout.count("refused") == 5, attack.stdout
+    attacker = _new_record(proj, before | {target["id"]})
 
-    refused = gl("rerun", target["id"], cwd=proj)
-    assert refused.returncode == 2, refused.describe()
-    assert "seal" in refused.stderr and "Traceback" not in refused.stderr
-    assert not mark.exists()
+    after = _tree(state)
+    assert {k: v for k, v in after.items() if k in kept} == kept  # nothing earlier changed
+    assert "planted" not in "".join(v.decode("utf-8", "replace") for v in after.values())
+    records = _records(proj)
+    assert records[target["id"]]["command"] == target["command"]
+    assert "20990101-000000-abcdef" not in records
 
-    table = gl("history", cwd=proj)
-    (line,) = [ln for ln in table.stdout.splitlines() if ln.split()[:1] == [forger["id"]]]
-    shown = " ".join(forger["command"])
-    assert shown in line
-    again = gl("rerun", forger["id"], cwd=proj)
-    assert again.returncode == 0, again.describe()
-    (ran,) = [ln for ln in again.stderr.splitlines() if ln.startswith(f"rerun of {forger['id']}")]
-    assert ran.split(": ", 1)[1].startswith("docker run ") and ran.endswith(
-        shlex.join(forger["command"])
-    )
-    assert not mark.exists()
+    again = gl("rerun", target["id"], cwd=proj)
+    assert again.returncode == 0 and "honest" in again.stdout, again.describe()
+    explained = gl("explain", attacker["id"], cwd=proj)
+    assert explained.returncode == 1, explained.describe()  # its own run, nothing planted
+    assert explained.stderr == f"run {attacker['id']} (exit 0): no known cause found\n"
+    host = gl("run", "--no-container", "echo.py", "host", "0", cwd=proj)
+    assert host.returncode == 0 and "'host'" in host.stdout, host.describe()
+    assert not (state / "lib").exists()  # host mode imports its helper from the package
 
 
 @contextlib.contextmanager

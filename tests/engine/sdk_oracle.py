@@ -29,6 +29,10 @@ def sdk_kwargs(plan: RunPlan) -> dict[str, Any]:
         "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in sorted(plan.ulimits.items())],
         "mounts": [
             SdkMount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            if m.kind == "bind"
+            else SdkMount(
+                target=m.target, source=None, type="tmpfs", read_only=True, tmpfs_size=4096
+            )
             for m in plan.mounts
         ],
     }

@@ -173,8 +173,8 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
         "extra_hosts": {plan.hostname: "127.0.0.1", "localhost-v4mapped": "::ffff:127.0.0.1"},
         "labels": plan.labels,
         "mounts": [
-            {"source": "/src", "target": "/workspace", "read_only": False},
-            {"source": "/data", "target": "/data", "read_only": True},
+            {"source": "/src", "target": "/workspace", "read_only": False, "kind": "bind"},
+            {"source": "/data", "target": "/data", "read_only": True, "kind": "bind"},
         ],
         "restart_retries": 2,
         "interactive": True,

@@ -190,28 +190,6 @@ def test_requests_errors_are_engine_errors(
     hostile.invoke_unchanged("ps").assert_clean_error(3, "Docker engine", "Connection aborted")
 
 
-# Accepted, but they hand the container the host: a warning each time (README documents them).
-WARNED: list[tuple[str, tuple[str, ...], str]] = [
-    ("mount-root", ("--mount", "/:/host:ro"), "--mount: mounts the host's root folder / read-only"),
-    (
-        "mount-docker-socket",
-        ("--mount", "/var/run/docker.sock:/var/run/docker.sock"),
-        "Docker socket",
-    ),
-    ("mount-home", ("--mount", "~:/home/me"), "your home folder"),
-]
-
-
-@pytest.mark.parametrize(("extra", "text"), [pytest.param(a, t, id=i) for i, a, t in WARNED])
-def test_dangerous_mount_is_warned(hostile: Hostile, extra: tuple[str, ...], text: str) -> None:
-    if "docker.sock" in extra[1] and not Path("/var/run/docker.sock").exists():
-        pytest.skip("no Docker socket on this machine")
-    outcome = hostile.invoke_unchanged(*RUN, *extra)
-    assert outcome.code == 0, outcome.stderr
-    warnings = [line for line in outcome.stderr.splitlines() if line.startswith("warning:")]
-    assert any(text in line for line in warnings), outcome.stderr
-
-
 def test_profile_cap_add_and_devices_are_warned(hostile: Hostile) -> None:
     hostile.write_config(
         hostile.project.joinpath("gpulaunch.yaml")

@@ -5,8 +5,6 @@ the home folder (`/run`, `/var/run`), including `launch.checkpoint_dir`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from hostile.conftest import MINIMAL_CONFIG, Hostile
@@ -32,51 +30,6 @@ def test_nproc_with_a_module_or_torchrun_is_fine(hostile: Hostile, command: list
     outcome = hostile.invoke_unchanged("run", "--dry-run", "--nproc", "2", "--", *command)
     assert outcome.code == 0, outcome
     assert "torchrun" in outcome.stdout
-
-
-@pytest.mark.parametrize(
-    ("host", "names"),
-    [
-        ("/run", ["/run", "Docker socket"]),
-        ("/var/run", ["/run", "Docker socket"]),  # a link to /run: shown resolved
-        ("/run/docker.sock", ["Docker socket"]),
-        ("/", ["root folder"]),
-    ],
-)
-def test_mounts_that_hold_the_socket_warn(hostile: Hostile, host: str, names: list[str]) -> None:
-    outcome = hostile.invoke_unchanged("run", "--dry-run", "--mount", f"{host}:/host", "train.py")
-    assert outcome.code == 0, outcome
-    warning = [line for line in outcome.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warning) == 1 and all(name in warning[0] for name in names), outcome.stderr
-
-
-def test_a_folder_that_holds_home_warns(
-    hostile: Hostile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "users" / "me"
-    home.mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    outcome = hostile.invoke_unchanged(
-        "run", "--dry-run", "--mount", f"{tmp_path / 'users'}:/u", "train.py"
-    )
-    assert outcome.code == 0, outcome
-    assert "which holds your home folder" in outcome.stderr
-
-
-@pytest.mark.parametrize("where", ["home", "socket-folder"])
-def test_checkpoint_dir_at_home_or_the_socket_warns(
-    hostile: Hostile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
-) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    folder = str(home) if where == "home" else "/run"
-    hostile.write_config(MINIMAL_CONFIG + f"  checkpoint_dir: {folder}\n")
-    outcome = hostile.invoke_unchanged("run", "--dry-run", "train.py")
-    assert outcome.code == 0, outcome
-    warning = [line for line in outcome.stderr.splitlines() if "launch.checkpoint_dir" in line]
-    assert len(warning) == 1, outcome.stderr
-    assert ("home folder" if where == "home" else "Docker socket") in warning[0]
 
 
 NETWORK_CONFIG = MINIMAL_CONFIG + "  network: {launch}\n  profile: p\nprofiles:\n  p:\n{docker}"

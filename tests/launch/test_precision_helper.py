@@ -1,4 +1,4 @@
-"""gpulaunch_precision (gpulaunch/precision_helper.py) with real CPU PyTorch."""
+"""gpulaunch_precision (gpulaunch/launch/pythonpath/) with real CPU PyTorch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from conftest import REPO
 torch = pytest.importorskip("torch")
 
 Loader = Callable[[str | None], ModuleType]
-HELPER = REPO / "gpulaunch" / "launch" / "precision_helper.py"
+HELPER = REPO / "gpulaunch" / "launch" / "pythonpath" / "gpulaunch_precision.py"
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ def test_env_values_is_plain_and_sorted() -> None:
 def test_debug_preset_env_docker_and_log_dir() -> None:
     r = _resolve(cli=CliOverrides(nccl="debug"))
     assert r.nccl == Sourced("debug", "--nccl debug")
-    logs = "/workspace/.gpulaunch/logs/nccl"
+    logs = "/workspace/logs/nccl"
     env = r.env_values()
     assert env["NCCL_DEBUG"] == "INFO"
     assert env["NCCL_DEBUG_SUBSYS"] == "INIT,BOOTSTRAP,ENV,NET,GRAPH"
@@ -158,7 +158,7 @@ def test_debug_preset_env_docker_and_log_dir() -> None:
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{logs}/nccl_trace_rank_"
     assert env["TORCH_NCCL_DESYNC_DEBUG"] == "1"
     assert r.env["NCCL_DEBUG"].source == "nccl preset debug"
-    assert r.log_dir == ".gpulaunch/logs/nccl"
+    assert r.log_dir == "logs/nccl"
     assert not any("{log_dir}" in v for v in env.values())
 
 
@@ -790,7 +790,7 @@ def test_detect_interconnect_without_pynvml(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_precision_helper_is_standalone() -> None:
-    helper = REPO / "gpulaunch" / "launch" / "precision_helper.py"
+    helper = REPO / "gpulaunch" / "launch" / "pythonpath" / "gpulaunch_precision.py"
     tree = ast.parse(helper.read_text(encoding="utf-8"))
     modules = set()
     for node in ast.walk(tree):

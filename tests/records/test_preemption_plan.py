@@ -33,9 +33,12 @@ def test_checkpoint_dir_and_stop_grace(runner: CliRunner, spot: Path) -> None:
     before = snapshot(spot)
     plan = _plan(runner, "--gpus", "0", "train.py")["run"]
     mounts = plan["options"]["mounts"]
-    assert {"source": str(spot / "checkpoints"), "target": "/checkpoints", "read_only": False} in (
-        mounts
-    )
+    assert {
+        "source": str(spot / "checkpoints"),
+        "target": "/checkpoints",
+        "read_only": False,
+        "kind": "bind",
+    } in (mounts)
     assert plan["env"]["GPULAUNCH_CHECKPOINT_DIR"] == "/checkpoints"
     assert plan["options"]["stop_timeout"] == 120
     assert "--stop-timeout" in plan["docker_run"]
