@@ -161,10 +161,22 @@ def rerun(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Run id (see `gpulaunch history`).")],
     config: ConfigOpt = None,
     rebuild: Annotated[
-        bool, typer.Option(help="Rebuild the image from the recorded config (when it is gone).")
+        bool,
+        typer.Option(
+            help="Rebuild a gone image from the recorded config (only when this tree gives "
+            "the run's image tag; with --current-code, from today's tree)."
+        ),
+    ] = False,
+    current_code: Annotated[
+        bool,
+        typer.Option(
+            "--current-code",
+            help="Mount today's tree over /workspace instead of running the recorded code.",
+        ),
     ] = False,
 ) -> None:
-    """Run a recorded run again: same command, flags and profile, on the same image id.
+    """Run a recorded run again: same command, flags and profile, on the same image id, with
+    the code that image holds (not today's tree; --current-code for that).
 
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
@@ -181,7 +193,12 @@ def rerun(
         standard_observers,
         start_detached,
     )
-    from gpulaunch.jobs.rerun import rerun_spec, reuse_image
+    from gpulaunch.jobs.rerun import (
+        check_rebuild_matches,
+        rerun_spec,
+        reuse_image,
+        tree_difference,
+    )
     from gpulaunch.records.store import load
 
     current, project = _load(config)
@@ -189,6 +206,10 @@ def rerun(
     extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
     spec = rerun_spec(record, current, extra, here=project)
     spec.rebuild = rebuild
+    host = spec.opts.no_container
+    if current_code and host:
+        raise ConfigError("--current-code: a host-mode run always runs the tree as it is now")
+    spec.mount_project = current_code or host
     tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
     try:  # the flags' validators (mounts, env, script) on the record's values
         job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
@@ -198,12 +219,26 @@ def rerun(
     _note_changed_command(ident, record, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)
-    if spec.opts.no_container:
+    if spec.mount_project:
+        differs = tree_difference(record, project)
+        what = "this host runs" if host else "--current-code: the job runs"
+        _err(
+            f"note: {what} today's tree; "
+            + (f"it differs from the run's: {differs}" if differs else "git sees no change")
+        )
+    else:
+        _err(
+            f"note: rerun of {ident} runs the recorded code (the image's own /workspace); "
+            "outputs reach the host only through launch.checkpoint_dir and mounts"
+        )
+    if host:
         _err(f"rerun of {ident} on this host: {run_line(job.plan)}")
         code = run_on_this_host(job, io, observers)
     else:
         engine = _engine()
         if rebuild:
+            if not current_code:
+                check_rebuild_matches(job, record, engine)
             build_image(job, engine, io)
         else:
             reuse_image(job, record, engine)

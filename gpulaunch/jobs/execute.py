@@ -29,6 +29,8 @@ class JobSpec:
     config_file: Path | None = None
     rebuild: bool = False
     price: str | None = None  # --price: per GPU-hour, for the run record's cost
+    # False: the job runs the image's own /workspace (rerun: the recorded code), not the tree
+    mount_project: bool = True
 
 
 @dataclass
@@ -71,7 +73,10 @@ def plan_job(spec: JobSpec, image: str | None = None) -> Job:
     """
     if image is None:
         image = HOST_IMAGE if spec.opts.no_container else PENDING_IMAGE
-    return Job(spec, plan_run(spec.cfg, spec.project, spec.cwd, spec.opts, image))
+    plan = plan_run(
+        spec.cfg, spec.project, spec.cwd, spec.opts, image, mount_project=spec.mount_project
+    )
+    return Job(spec, plan)
 
 
 def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) -> int:

@@ -1,5 +1,8 @@
 """`gpulaunch rerun ID`: a recorded run again, with its command, flags and profile, on the
-same image id (or, with --rebuild, an image rebuilt from the recorded config).
+same image id, running the code that image holds (the recorded code: its own /workspace, not
+today's tree mounted over it). `--current-code` mounts today's tree instead and says how it
+differs from the recorded one. An image that is gone is rebuilt (`--rebuild`) only when the
+tree and config give the very image tag the run had; otherwise the refusal names what differs.
 
 Secrets were masked before the record was written, so they are not in it: a masked value
 (`***`, or a value with a masked part such as `https://***@host`) is taken from the current
@@ -215,3 +218,49 @@ def reuse_image(job: Any, record: dict[str, Any], engine: Any) -> None:
         versions=dict(image.get("versions") or {}),
     )
     job.plan.run.image = image_id
+
+
+def tree_difference(record: dict[str, Any], project: Path) -> str | None:
+    """How the project's tree differs from the recorded run's (commit, uncommitted changes,
+    files changed), None when git says it is the same; a sentence saying git cannot tell
+    outside a git checkout or for a commit this clone lacks."""
+    from gpulaunch.outside.git import changed_since, git_state
+
+    recorded = record.get("git") if isinstance(record.get("git"), dict) else None
+    now = git_state(project)
+    if recorded is None or now is None or not isinstance(recorded.get("commit"), str):
+        return "git cannot tell how the tree differs (no git state recorded or here)"
+    then_commit, now_commit = str(recorded["commit"]), str(now["commit"])
+    said: list[str] = []
+    if then_commit != now_commit:
+        said.append(f"commit {then_commit[:12]} then, {now_commit[:12]} now")
+    if recorded.get("dirty"):
+        said.append("the run had uncommitted changes that git did not keep")
+    files = changed_since(project, then_commit)
+    if files is None:
+        said.append(f"this clone lacks commit {then_commit[:12]}")
+    elif files:
+        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        said.append(f"{len(files)} file(s) changed: {shown}")
+    return "; ".join(said) or None
+
+
+def check_rebuild_matches(job: Any, record: dict[str, Any], engine: Any) -> None:
+    """Before a rebuild of a gone image: the tree and recorded config must give the very tag
+    the run had (the tag hashes the Dockerfile and every file sent); else ConfigError naming
+    what differs, and nothing is built."""
+    from gpulaunch.image.build import BuildOptions, prepare_build
+
+    spec = job.spec
+    recorded = str((record.get("image") or {}).get("tag") or "")
+    prepared = prepare_build(
+        spec.cfg, spec.project, engine.builder_kind(), BuildOptions(config_file=spec.config_file)
+    )
+    if prepared.tag == recorded:
+        return
+    why = tree_difference(record, spec.project) or "the Dockerfile gpulaunch renders changed"
+    raise ConfigError(
+        f"rerun --rebuild: this tree builds {prepared.tag}, not the run's {recorded or 'image'} "
+        f"({why}); the recorded code cannot be rebuilt from it",
+        hint=f"`gpulaunch rerun {record.get('id')} --current-code --rebuild` runs today's tree",
+    )

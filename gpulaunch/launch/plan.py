@@ -174,7 +174,10 @@ def plan_run(
     opts: RunOptions,
     image: str,
     env: dict[str, str] | None = None,
+    mount_project: bool = True,
 ) -> LaunchPlan:
+    """The launch plan; `mount_project=False` runs the image's own copy of the code at
+    /workspace (rerun of a recorded run) instead of mounting today's tree over it."""
     from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
     from gpulaunch.launch.presets import detect_interconnect
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
@@ -274,7 +277,7 @@ def plan_run(
         if use_gpus and isinstance(gpus, str) and gpus != "all":
             run_env["CUDA_VISIBLE_DEVICES"] = gpus
 
-    binds = [(Mount(str(project), WORKSPACE), "the project")]
+    binds = [(Mount(str(project), WORKSPACE), "the project")] if mount_project else []
     user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
     mount_notes: list[str] = []
     if opts.script:
