@@ -46,7 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "jobs",
         "Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.",
     ),
-    "ps": ("jobs", "List containers started by `gpulaunch run` (by their run-id label)."),
+    "ps": (
+        "jobs",
+        "List containers started by `gpulaunch run` (run id, project label and name together).",
+    ),
     "logs": ("jobs", "Show the output of a gpulaunch container."),
     "stop": (
         "jobs",
@@ -72,7 +75,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "rerun": (
         "records",
-        "Run a recorded run again: same command, flags and profile, on the same image id.",
+        "Run a recorded run again: its command, flags and profile on its image, with its code.",
     ),
     "explain": (
         "records",

@@ -175,9 +175,9 @@ def rerun(
         ),
     ] = False,
 ) -> None:
-    """Run a recorded run again: same command, flags and profile, on the same image id, with
-    the code that image holds (not today's tree; --current-code for that).
+    """Run a recorded run again: its command, flags and profile on its image, with its code.
 
+    The image's own /workspace runs, not today's tree (--current-code mounts that).
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
     from gpulaunch.cli.image import _build_with_progress
