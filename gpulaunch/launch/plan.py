@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -255,6 +256,12 @@ def plan_run(
             )
     else:
         raise ConfigError("run: missing SCRIPT (or -- COMMAND ...)")
+    if bind_script is not None:  # the plan shown is the binding applied, or no plan at all
+        bound = bind_ranks(command, bind_script, len(numa.ranks))
+        if bound is None:
+            numa = _no_plan((f"NUMA binding not applied: {NOT_OURS}",))
+        else:
+            command = bound
     if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
         command[command.index("--nproc-per-node") + 1] = "gpu"
     restart_by = ""
@@ -440,6 +447,31 @@ def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> N
     else:
         selected = None
     compat.check(resolve(image_request(config)), info, selected)
+
+
+NOT_OURS = (
+    "gpulaunch binds the ranks it starts (SCRIPT, -- python -m MODULE, and -- python FILE "
+    "on one GPU), not those of the command's own launcher (torchrun can bind its own with "
+    "--numa-binding node) nor one process that uses several GPUs"
+)
+_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+
+
+def bind_ranks(command: list[str], wrapper: str, ranks: int) -> list[str] | None:
+    """`command` with the per-rank NUMA wrapper in front of the worker, or None when gpulaunch
+    does not start the ranks itself (a user's own torchrun, accelerate, a shell): the plan
+    then says "not applied" rather than show a binding that would not happen.
+
+    The wrapper is a Python file that binds the rank's CPUs and memory and then execs the
+    same Python with the rest of the line, so it goes where the worker's own script would."""
+    if wrapper in command:  # SCRIPT: script_command put it there
+        return command
+    if _PYTHON.fullmatch(os.path.basename(command[0])):  # one process: one rank's binding
+        return [command[0], wrapper, *command[1:]] if ranks == 1 else None
+    ours = ["torchrun", "--standalone", "--nproc-per-node"]
+    if command[:3] == ours and len(command) > 5 and command[4] == "-m":  # module_command
+        return [*command[:4], wrapper, *command[4:]]
+    return None
 
 
 def _no_plan(notes: tuple[str, ...]) -> NumaPlan:
