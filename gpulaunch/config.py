@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,6 +23,7 @@ from pydantic import (
 )
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.secretshape import secret_kind
 from gpulaunch.textcheck import bad_char, env_item, parse_gpus, single_line, split_mount
 from gpulaunch.textcheck import parse_price as parse_price  # its home: below pydantic
 from gpulaunch.yamlio import CONFIG_NAME as CONFIG_NAME  # its home: below pydantic
@@ -49,6 +51,21 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         env_item(key, value)
     return env
+
+
+def _no_secret_shape(value: str) -> str:
+    """image.env is ENV in every layer (`docker history`): a value shaped like a secret is
+    refused whatever its name (names are checked where the image is planned, image/request.py)."""
+    kind = secret_kind(value)
+    if kind is not None:
+        raise ValueError(
+            f"holds {kind}, which would be baked into the image; set it at run time with "
+            "launch.env or --env"
+        )
+    return value
+
+
+_ImageEnvValue = Annotated[str, AfterValidator(_no_secret_shape)]
 
 
 def _check_strings(value: Any, multiline: bool) -> None:
@@ -143,7 +160,7 @@ class ImageSettings(_Model):
     )
     pip: PipSettings = Field(default_factory=PipSettings)
     ca_cert: str | None = Field(None, description="Extra CA certificate (PEM) in the project.")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, _ImageEnvValue] = Field(default_factory=dict)
     run: list[str] = Field(default_factory=list, description="Extra build steps (shell).")
 
     _multiline: ClassVar[frozenset[str]] = frozenset({"run"})
@@ -432,9 +449,11 @@ def validate_data(data: Any, source: str = CONFIG_NAME) -> ProjectConfig:
     if not isinstance(data, dict):
         kind = "empty" if data is None else type(data).__name__
         raise ConfigError(f"{source}: top level must be a mapping of settings, got {kind}")
-    if "version" in data and data["version"] not in (1, "1"):
+    version = data.get("version", SCHEMA_VERSION)
+    if type(version) is not int or version != SCHEMA_VERSION:  # `true` and `1.0` equal 1
+        shown = str(version).lower() if isinstance(version, bool) else repr(version)
         raise ConfigError(
-            f"version: {data['version']!r} is not supported by this gpulaunch (supports 1)"
+            f"version: {shown} is not supported by this gpulaunch (supports {SCHEMA_VERSION})"
         )
     try:
         return ProjectConfig.model_validate(data)

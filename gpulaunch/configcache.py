@@ -49,6 +49,7 @@ _CODE = (
     "configview.py",
     "cpulist.py",
     "errors.py",
+    "secretshape.py",
     "textcheck.py",
     "yamlio.py",
 )

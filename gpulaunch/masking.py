@@ -1,9 +1,16 @@
 """One masking function for everything gpulaunch shows or keeps: log lines, dry-run output,
 labels and error messages.
 
-Two kinds of secret are recognised: credentials in a URL (`scheme://user:token@host`) and
-the value of a variable whose name looks secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
-`*PASSWD*`, `*_KEY`, `*CREDENTIAL*`), written as `NAME=value` or `NAME: value`.
+What is a secret is stated once, in `gpulaunch.secretshape`: values by their shape (URL
+credentials, query tokens, bearer headers, well-known token formats), plus the value of a
+variable whose name looks secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`,
+`*CREDENTIAL*`) where it is *assigned*:
+- `NAME=value` anywhere (env lines, --env flags, --build-arg);
+- `NAME: value` where a line starts with it (a YAML or header line: the value runs to the line's
+  end, or to `,`/`}` in a flow mapping), and inside a line when the value is quoted or one
+  word ending the line. A field path (`launch.env.HF_TOKEN: must be a single line`) or a name
+  followed by prose (`key HF_TOKEN: value is empty`) is left whole: masking never mangles an
+  error message; a secret value inside one is still masked by its shape.
 """
 
 from __future__ import annotations
@@ -11,45 +18,51 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-MASK = "***"
-_SECRET_NAME = re.compile(
-    r"(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY$|^KEY$|APIKEY)", re.IGNORECASE
-)
-# scheme://userinfo@ : everything between "//" and the last "@" before the host part.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@]+@)")
-# NAME=value or NAME: value (env lines, --env flags, --build-arg, YAML-ish dumps).
-# The value runs to the closing quote when the assignment or the value is quoted ('A=b c').
+from gpulaunch.secretshape import MASK, has_userinfo, is_secret_name, mask_shapes
+
+__all__ = ["MASK", "has_userinfo", "is_secret_name", "mask", "mask_data", "mask_env"]
+
 _NAME = r"\b[A-Za-z_][A-Za-z0-9_]*"
-_SEP = r"(?:=|:[ \t]+)"
-_ASSIGNMENT = re.compile(
-    rf"(?P<q1>['\"])(?P<n1>{_NAME}){_SEP}[^'\"\n]*"
-    rf"|(?P<n2>{_NAME}){_SEP}(?:(?P<q2>['\"])[^'\"\n]*|[^\s'\"]+)"
+# NAME=value; the value runs to the closing quote when the assignment or the value is quoted
+# ('A=b c'). A query parameter (`?token=`) is a URL's part: its shape masks it.
+_ASSIGN = re.compile(
+    rf"(?P<q1>['\"])(?P<n1>{_NAME})=[^'\"\n]*"
+    rf"|(?<![?&])(?P<n2>{_NAME})=(?:(?P<q2>['\"])[^'\"\n]*|[^\s'\"]+)"
 )
-
-
-def is_secret_name(name: str) -> bool:
-    """True for variable names whose values must never be shown (WANDB_API_KEY, HF_TOKEN)."""
-    return bool(_SECRET_NAME.search(name))
-
-
-def has_userinfo(url: str) -> bool:
-    return _URL_USERINFO.search(url) is not None
+# NAME: value at the start of a line (indented, a `- ` list item, or in a `{...}` mapping).
+_LINE = re.compile(
+    rf"(?P<lead>(?:^|[{{,])[ \t]*(?:-[ \t]+)?)(?P<n>{_NAME})(?P<sep>:[ \t]+)"
+    r"(?P<v>(?P<q>['\"])[^'\"\n]*|[^\n,}]*[^\s,}])",
+    re.MULTILINE,
+)
+# NAME: value inside a line (a log line's `[rank0] HF_TOKEN: abc`): a quoted value, or one word
+# that ends the line or a list. A name in a field path (`launch.env.HF_TOKEN:`) and a name
+# followed by prose (`HF_TOKEN: value is empty`) are a message's words, not an assignment.
+_INLINE = re.compile(
+    rf"(?<![.\[\]])(?P<n>{_NAME})(?P<sep>:[ \t]+)"
+    r"(?:(?P<q>['\"])[^'\"\n]*|[^\s'\",;)}\]]+(?=[ \t]*(?:$|[,;)}\]])))",
+    re.MULTILINE,
+)
 
 
 def mask(text: str) -> str:
-    """`text` with URL credentials and the values of secret-looking names replaced by ***."""
-    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    """`text` with secret shapes and the values assigned to secret-looking names as ***."""
+    text = mask_shapes(text)
 
     def assignment(m: re.Match[str]) -> str:
         name = m["n1"] or m["n2"]
         if not is_secret_name(name):
             return m.group(0)
         head = m.group(0)[: m.start("n1" if m["n1"] else "n2") - m.start() + len(name)]
-        sep = m.group(0)[len(head) :][:1]
-        sep += " " if sep == ":" else ""
-        return f"{head}{sep}{m['q2'] or ''}{MASK}"
+        return f"{head}={m['q2'] or ''}{MASK}"
 
-    return _ASSIGNMENT.sub(assignment, text)
+    def line(m: re.Match[str]) -> str:
+        if not is_secret_name(m["n"]):
+            return m.group(0)
+        lead = m.groupdict().get("lead") or ""
+        return f"{lead}{m['n']}{m['sep']}{m['q'] or ''}{MASK}"
+
+    return _INLINE.sub(line, _LINE.sub(line, _ASSIGN.sub(assignment, text)))
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """What a build hands the engine: the request (Dockerfile, exact context entries, build args,
-secrets), the docker CLI argv for BuildKit, build secrets as private files, and SIGTERM
-turned into an exception so temp files and the docker child are always cleaned up.
+secrets), the docker CLI argv for BuildKit, build secrets as in-memory files (never on a
+disk), and SIGTERM turned into an exception so temp files and the docker child are always
+cleaned up.
 """
 
 from __future__ import annotations
@@ -110,9 +111,37 @@ def _sigterm_raises() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> None:
-    """One 0600 file per BuildKit secret in the private (0700) build temp folder."""
+def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> list[int]:
+    """Each BuildKit secret as `folder/ID`, a link to an anonymous in-memory file of this
+    process (`/proc/PID/fd/N`, a memfd): the value is never written to a disk, so a build
+    killed at any moment, SIGKILL included, leaves at most a dangling link (the memory file dies
+    with the process), never a credential copy. Returns the descriptors; closing them
+    (`secret_links` does) drops the values, else the process's exit does.
+
+    Where the system has no memfd (not Linux), a 0600 file in the private (0700) folder, as
+    before: removed with the folder, but a SIGKILL leaves it."""
+    fds: list[int] = []
     for sid, value in secrets.items():
-        fd = os.open(folder / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(value)
+        data = value.encode("utf-8")
+        if not hasattr(os, "memfd_create"):
+            fd = os.open(folder / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            continue
+        fd = os.memfd_create(f"gpulaunch-secret-{sid}", os.MFD_CLOEXEC)
+        fds.append(fd)
+        os.write(fd, data)
+        os.fchmod(fd, 0o600)
+        os.symlink(f"/proc/{os.getpid()}/fd/{fd}", folder / sid)
+    return fds
+
+
+@contextlib.contextmanager
+def secret_links(folder: Path, secrets: Mapping[str, str]) -> Iterator[None]:
+    """`_write_secrets` for the length of a build: the in-memory files closed after it."""
+    fds = _write_secrets(folder, secrets)
+    try:
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -1,4 +1,5 @@
-"""The build context: exactly which entries the engine receives, their hash and their tar.
+"""The build context: exactly which entries the engine receives, their hash, their tar, and the
+secret scan that refuses a context holding a credential.
 
 One list drives both: the content hash is over the names, kinds, modes and contents of these
 entries, and the classic builder receives a tar made from the same list (BuildKit gets the
@@ -11,10 +12,20 @@ Credential files (`SECRET_FILES`: keys, `.netrc`, `.pypirc`, `.aws`, docker's co
 are left out at any depth whatever .dockerignore says, files the Dockerfile references (a
 `ca_cert` named `*.pem`) are re-included whatever either says, and the config file plus
 `.gpulaunch/` are always left out (launch.env may hold secrets).
+
+In a git checkout the context is what the project would publish: a file git ignores (and is not
+tracked) never enters it, on top of .dockerignore (`scan`'s `published`, from
+gpulaunch.outside.git); files the Dockerfile reads are kept whatever git says, as they are
+whatever .dockerignore says. Outside git, .dockerignore alone decides.
+
+Every file that enters is scanned for secrets: by shape whenever the context is listed for a
+build or a dry run (`refuse_secrets`), and by detect-secrets before the build itself
+(`refuse_detected_secrets`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import posixpath
@@ -44,6 +55,13 @@ SECRET_FILES = (
     "**/id_rsa*",
     "**/id_ecdsa*",
     "**/id_ed25519*",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/.pgpass",
+    "**/.npmrc",
+    "**/.kube/config",
+    "**/.config/gcloud",
+    "**/.azure",
 )
 Kind = Literal["file", "dir", "link"]
 _ESCAPE = set(".+()|{}$")
@@ -52,6 +70,13 @@ _CHUNK = 1 << 20
 
 class Digest(Protocol):
     def update(self, data: bytes, /) -> None: ...
+
+
+class Published(Protocol):
+    """What git would publish (gpulaunch.outside.git.Published): the engine layer cannot
+    import the git seam, so the caller asks git and hands the answer in."""
+
+    def has(self, rel: str, is_dir: bool, /) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -170,10 +195,27 @@ class Entry:
     link: str = ""  # a symlink's target text
 
 
-def scan(project: Path, rules: list[Rule]) -> list[Entry]:
-    """Entries the engine receives, sorted; links are not followed, other nodes skipped."""
+def scan(
+    project: Path,
+    rules: list[Rule],
+    published: Published | None = None,
+    required: Iterable[str] = (),
+) -> list[Entry]:
+    """Entries the engine receives, sorted; links are not followed, other nodes skipped.
+
+    With `published` (a git checkout), what git would not publish is left out too, except the
+    `required` paths (and what is below them): a folder git ignores is never even listed."""
     exceptions = [r.pattern + "/" for r in rules if r.exclusion]
+    needed = tuple(dict.fromkeys(required))
     entries: list[Entry] = []
+
+    def unpublished(rel: str, is_dir: bool) -> bool:
+        if published is None or published.has(rel, is_dir):
+            return False
+        below = rel + "/"
+        return not any(
+            rel == r or rel.startswith(r + "/") or (is_dir and r.startswith(below)) for r in needed
+        )
 
     def walk(folder: Path, prefix: str) -> None:
         try:
@@ -188,8 +230,11 @@ def scan(project: Path, rules: list[Rule]) -> list[Entry]:
         for item in items:
             rel = prefix + item.name
             info = item.stat(follow_symlinks=False)
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if unpublished(rel, is_dir):
+                continue
             skip = excluded(rel, rules)
-            if stat.S_ISDIR(info.st_mode):
+            if is_dir:
                 if not skip:
                     entries.append(Entry(rel, "dir", stat.S_IMODE(info.st_mode)))
                 # like Docker's walk: an excluded folder is entered only when a `!` rule
@@ -276,3 +321,176 @@ def write_tar(out: IO[bytes], project: Path, entries: list[Entry], extra: dict[s
             info.size = len(data)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
+
+
+# -- the secret scan ---------------------------------------------------------------------------
+
+SCAN_MAX_BYTES = 2 * 1024 * 1024  # larger files are data (weights, archives), not config
+_BINARY_PROBE = 8192
+BASELINE = ".secrets.baseline"  # detect-secrets' own allow list, made in the project folder
+_ALLOW = re.compile(r"pragma:\s*allowlist[ -]secret")
+_ALLOW_NEXT = re.compile(r"pragma:\s*allowlist[ -]nextline[ -]secret")
+# detect-secrets' plugins that judge by randomness alone: in source code and data they flag
+# every checksum and id, so they are not used; the shape and keyword plugins are.
+_NOISY_PLUGINS = ("Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector")
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    rel: str
+    line: int
+    kind: str
+
+
+def refuse_secrets(project: Path, entries: Iterable[Entry]) -> None:
+    """ConfigError naming the first `file:line` of the context that holds a secret by shape.
+
+    Each regular file that enters the context is read (no link followed) and searched for
+    gpulaunch.secretshape's shapes (URL credentials, query tokens, bearer headers, token
+    formats): stdlib only and quick (each pattern runs only over a file holding its literal
+    part), so dry runs scan too. Binaries (a NUL byte in the first 8 KiB) and files over 2 MiB
+    are skipped: they are data, and reading them would make every build of a large project slow.
+
+    Known false positives are allowed the way detect-secrets allows them: a line ending in
+    `# pragma: allowlist secret` (or one after `# pragma: allowlist nextline secret`), or an
+    entry in `.secrets.baseline` (`detect-secrets scan --all-files > .secrets.baseline` in the
+    project folder) not audited as a real secret: it allows its own finding (file, hashed
+    secret) and a shape finding on the line it lists.
+    """
+    texts = {e.rel: text for e in entries if e.kind == "file" and (text := _text_of(project, e))}
+    if texts:
+        _refuse(_shapes(texts, _baseline(project)))
+
+
+def refuse_detected_secrets(
+    project: Path, entries: Iterable[Entry], known_clean: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """`refuse_secrets` with detect-secrets (its keyword and token plugins and its filters for
+    obvious non-secrets), for the build itself: about 0.1 s to import and a few ms a file, so
+    files are keyed by what a verdict depends on (detect-secrets' version and plugins, the
+    file's name, whose type picks the keyword patterns, and its text) and a key in
+    `known_clean` (what earlier builds found clean) is not scanned again. Returns the keys of
+    the files found clean, for the caller to remember."""
+    from importlib.metadata import version
+
+    scanner = f"detect-secrets {version('detect-secrets')} -{','.join(_NOISY_PLUGINS)}"
+    keys: dict[str, str] = {}
+    for entry in entries:
+        if entry.kind == "file":
+            data = _bytes_of(project, entry)
+            if data:
+                head = f"{scanner}\0{entry.rel}\0".encode("utf-8", "surrogateescape")
+                keys[entry.rel] = hashlib.sha256(head + data).hexdigest()
+    todo = {rel: key for rel, key in keys.items() if key not in known_clean}
+    if not todo:
+        return frozenset(keys.values())
+    findings = _detect_secrets(project, list(todo), _baseline(project))
+    _refuse(findings)
+    return frozenset(keys.values())
+
+
+def _refuse(findings: list[Finding]) -> None:
+    if not findings:
+        return
+    findings.sort()
+    first = findings[0]
+    others = len({(f.rel, f.line) for f in findings}) - 1
+    more = f" (and {others} more line{'s' if others > 1 else ''})" if others else ""
+    raise ConfigError(
+        f"build context: {first.rel}:{first.line}: holds a secret ({first.kind}), which would "
+        f"be copied into the image{more}",
+        hint="remove it, or keep the file out of the context (.gitignore or .dockerignore); "
+        "a false positive: end the line with `# pragma: allowlist secret`, or record it in "
+        f"{BASELINE} (`detect-secrets scan --all-files > {BASELINE}` in the project folder)",
+    )
+
+
+def _text_of(project: Path, entry: Entry) -> str:
+    """The file's text, or "" for a binary or an oversized file (not scanned)."""
+    return _bytes_of(project, entry).decode("utf-8", "replace")
+
+
+def _bytes_of(project: Path, entry: Entry) -> bytes:
+    with _open_entry(project, entry) as fh:
+        data = fh.read(SCAN_MAX_BYTES + 1)
+    if len(data) > SCAN_MAX_BYTES or b"\0" in data[:_BINARY_PROBE]:
+        return b""
+    return data
+
+
+@dataclass(frozen=True)
+class _Allowed:
+    """What `.secrets.baseline` allows: detect-secrets' findings by (file, hashed secret), and
+    gpulaunch's shape findings on a line the baseline lists for that file."""
+
+    hashes: frozenset[tuple[str, str]] = frozenset()
+    lines: frozenset[tuple[str, int]] = frozenset()
+
+
+def _baseline(project: Path) -> _Allowed:
+    """The baseline's entries that were not audited as real secrets (`is_secret: true`)."""
+    import json
+
+    try:
+        fh = _open_entry(project, Entry(BASELINE, "file", 0))
+    except ConfigError:
+        return _Allowed()
+    with fh:
+        raw = fh.read(SCAN_MAX_BYTES + 1)
+    try:
+        results = json.loads(raw)["results"] if len(raw) <= SCAN_MAX_BYTES else None
+    except (ValueError, KeyError, TypeError):
+        results = None
+    if not isinstance(results, dict):
+        raise ConfigError(f"{BASELINE}: not a detect-secrets baseline (no results mapping)")
+    items = [
+        (str(name), item)
+        for name, listed in results.items()
+        if isinstance(listed, list)
+        for item in listed
+        if isinstance(item, dict) and item.get("is_secret") is not True
+    ]
+    return _Allowed(
+        frozenset((name, str(item.get("hashed_secret"))) for name, item in items),
+        frozenset(
+            (name, item["line_number"])
+            for name, item in items
+            if type(item.get("line_number")) is int
+        ),
+    )
+
+
+def _detect_secrets(project: Path, rels: list[str], allowed: _Allowed) -> list[Finding]:
+    import logging
+
+    from detect_secrets.core.scan import scan_file
+    from detect_secrets.settings import default_settings
+
+    logging.getLogger("detect-secrets").disabled = True  # its stderr handler: the core is silent
+    logging.captureWarnings(False)  # its import routes every Python warning to logging
+    found: list[Finding] = []
+    with default_settings() as settings:
+        settings.disable_plugins(*_NOISY_PLUGINS)
+        for rel in rels:
+            if rel == BASELINE:  # its hashes are no secrets (detect-secrets skips it too)
+                continue
+            for secret in scan_file(str(project / rel)):
+                if (rel, secret.secret_hash) not in allowed.hashes:
+                    found.append(Finding(rel, secret.line_number or 0, secret.type))
+    return found
+
+
+def _shapes(texts: dict[str, str], allowed: _Allowed) -> list[Finding]:
+    from gpulaunch.secretshape import find
+
+    found: list[Finding] = []
+    for rel, text in texts.items():
+        for offset, kind in find(text):
+            start = text.rfind("\n", 0, offset) + 1
+            number = text.count("\n", 0, start) + 1
+            line = text[start : (text.find("\n", offset) + 1 or len(text) + 1) - 1]
+            before = text[text.rfind("\n", 0, max(start - 1, 0)) + 1 : max(start - 1, 0)]
+            if _ALLOW.search(line) or _ALLOW_NEXT.search(before) or (rel, number) in allowed.lines:
+                continue
+            found.append(Finding(rel, number, kind))
+    return found

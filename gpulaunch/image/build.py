@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING
 
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
-from gpulaunch.engine.context import Entry, effective_rules, hash_entries, parse_rules, scan
+from gpulaunch.engine.context import (
+    Entry,
+    effective_rules,
+    hash_entries,
+    parse_rules,
+    refuse_detected_secrets,
+    refuse_secrets,
+    scan,
+)
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
 from gpulaunch.engine.replies import remember_probes
 from gpulaunch.errors import BuildError, ConfigError
@@ -147,9 +155,12 @@ def read_dockerignore(project: Path) -> str:
 
 
 def context_entries(project: Path, ignore: str, required: tuple[str, ...] = ()) -> list[Entry]:
-    """What the engine receives: .dockerignore rules, required files kept, config left out."""
+    """What the engine receives: what git would publish (in a checkout), .dockerignore rules,
+    required files kept, config left out."""
+    from gpulaunch.outside.git import published
+
     rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required)
-    return scan(project, rules)
+    return scan(project, rules, published(project), required)
 
 
 def image_hash(
@@ -177,8 +188,10 @@ class PreparedBuild:
 def prepare_build(
     config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions
 ) -> PreparedBuild:
-    """Render and hash; writes nothing and asks no daemon (--dry-run uses it as it is)."""
+    """Render, list the context, scan it for secret shapes, hash; writes nothing and asks no
+    daemon (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`)."""
     from gpulaunch.image.render import plan_image, render_dockerfile
+    from gpulaunch.outside.git import published
 
     plan = plan_image(config, project, builder)
     dockerfile = render_dockerfile(plan)
@@ -187,7 +200,7 @@ def prepare_build(
     never = _never_sent(config, project, opts)
     user_rules = parse_rules(ignore, str(project / ".dockerignore"))
     rules = effective_rules(user_rules, plan.required, never)
-    entries = scan(project, rules)
+    entries = scan(project, rules, published(project), plan.required)
     sent = {e.rel for e in entries}
     for rel in plan.required:
         if rel not in sent and rel != ".":
@@ -195,6 +208,7 @@ def prepare_build(
                 f"{rel}: the Dockerfile reads it, but it cannot be in the build context",
                 hint="gpulaunch.yaml and .gpulaunch/ are never sent to the engine",
             )
+    refuse_secrets(project, entries)
     tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, entries, ignore)}"
     request = BuildRequest(
         dockerfile=dockerfile,
@@ -239,7 +253,7 @@ def dry_run_argv(prepared: PreparedBuild, cli: DockerCli | None) -> list[str]:
 
 
 def _secret_dir_shown() -> Path:
-    """Where a build writes each BuildKit secret (0600): its private temp folder, named then."""
+    """Where a build links each BuildKit secret (an in-memory file): its private temp folder."""
     import tempfile
 
     return Path(tempfile.gettempdir()) / "gpulaunch-build-XXXXXXXX"
@@ -252,14 +266,17 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
         prefix = "DOCKER_BUILDKIT=0 "
     req = prepared.request
     note = (
-        f"# context: {len(req.entries)} entries of {req.context} (.dockerignore, plus the files"
-        " the Dockerfile reads, minus the config, .gpulaunch/ and credential files); gpulaunch"
+        f"# context: {len(req.entries)} entries of {req.context} (what git would publish in a"
+        " checkout, .dockerignore, plus the files the Dockerfile reads, minus the config,"
+        " .gpulaunch/ and credential files; scanned for secret shapes, and by detect-secrets"
+        " when it builds); gpulaunch"
         " sends exactly these, the docker CLI alone would apply .dockerignore only\n"
     )
     if req.secrets:
         note += (
-            f"# each --secret src is a file (0600) in {_secret_dir_shown()}, the build's private"
-            " folder (named when the build starts), holding the value\n"
+            f"# each --secret src is a link in {_secret_dir_shown()}, the build's private folder"
+            " (named when the build starts), to an in-memory file of the build's process holding"
+            " the value: never written to a disk\n"
         )
     heredoc = " <<'DOCKERFILE'\n" + prepared.dockerfile + "DOCKERFILE\n"
     return mask(note + prefix + shlex.join(argv) + heredoc)
@@ -285,6 +302,7 @@ def run_build(
     remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
+    scan_context(project, prepared.request.entries)  # before the engine sees anything
 
     def remember() -> None:
         if cache_key:
@@ -328,6 +346,35 @@ def run_build(
     remember_probes()  # --builder buildkit probes only when the build starts
     remember()
     return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)
+
+
+SCAN_CACHE = "secret-scan.json"
+SCAN_CACHE_KEYS = 40_000  # about 2.7 MB of keys, under fsio's cache limit
+
+
+def scan_context(project: Path, entries: tuple[Entry, ...]) -> None:
+    """detect-secrets over the context before a build (engine.context.refuse_detected_secrets).
+
+    Files an earlier build found clean are known by a key of their bytes (and the scanner's
+    version) in the user's cache (`$XDG_CACHE_HOME/gpulaunch/secret-scan.json`), so a rebuild
+    scans only what changed: a missing or corrupt cache only means scanning again. Written only
+    by builds, never by a dry run. The cache is the user's own folder, which no container
+    mounts; a key planted there skips only detect-secrets for that exact content, never the
+    shape scan."""
+    from gpulaunch.fsio import cache_dir, read_cache, write_cache
+
+    path = cache_dir() / SCAN_CACHE
+    data = read_cache(path)
+    known = data.get("clean") if isinstance(data, dict) else None
+    if not isinstance(known, list) or not all(isinstance(k, str) for k in known):
+        known = []
+    clean = refuse_detected_secrets(project, entries, frozenset(known))
+    if clean - set(known):
+        kept = [*sorted(clean), *(k for k in known if k not in clean)][:SCAN_CACHE_KEYS]
+        root = cache_dir().parent  # as configcache: from the first folder that exists,
+        while not root.is_dir() and root != root.parent:  # fsio makes each one (no links)
+            root = root.parent
+        write_cache(path, {"clean": kept}, root=root)
 
 
 def _cache_key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:

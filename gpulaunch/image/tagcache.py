@@ -139,6 +139,8 @@ def _rules(ignore: str, project: Path, required: Sequence[str], never: Sequence[
 
 def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     """The cached tag when the key and every context entry's stat are what they were."""
+    from gpulaunch.outside.git import published
+
     try:  # a linked .gpulaunch is not followed, for reading either
         if not stat.S_ISDIR(os.lstat(project / ".gpulaunch").st_mode):
             return None
@@ -159,7 +161,8 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
             and all(isinstance(x, str) for x in [*required, *never])
         ):
             return None
-        entries = scan(project, _rules(ignore, project, required, never))
+        rules = _rules(ignore, project, required, never)
+        entries = scan(project, rules, published(project), required)
         if _stats(project, entries) != data["entries"]:
             return None
         fields = data["resolved"]

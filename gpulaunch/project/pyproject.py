@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, pick_extra, variant_of_url
-from gpulaunch.project.requirements import read_requirement_texts, read_text
+from gpulaunch.project.requirements import read_requirement_texts, read_text, refuse_credential
 
 
 def load_toml(path: Path, shown: str) -> dict[str, Any]:
@@ -103,7 +103,8 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, sou
         for s in poetry.get("source", [])
         if isinstance(s, dict) and isinstance(s.get("url"), str)
     }
-    for url in sources.values():
+    for name, url in sources.items():
+        refuse_credential(url, f"{rel} [tool.poetry.source] {name}", project)
         if url not in project.indexes:
             project.indexes.append(url)
     texts: list[str] = []
@@ -149,8 +150,11 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
     """uv indexes and sources, PDM sources: the index torch comes from names its variant."""
     uv = _table(data, "tool", "uv")
     named: dict[str, str] = {}
-    for index in [*uv.get("index", []), *_table(data, "tool", "pdm").get("source", [])]:
+    tables = [("tool.uv.index", i) for i in uv.get("index", [])]
+    tables += [("tool.pdm.source", s) for s in _table(data, "tool", "pdm").get("source", [])]
+    for table, index in tables:
         if isinstance(index, dict) and isinstance(index.get("url"), str):
+            refuse_credential(index["url"], f"{rel} [[{table}]] {index.get('name', '')}", project)
             named[str(index.get("name", ""))] = index["url"]
             if index["url"] not in project.indexes:
                 project.indexes.append(index["url"])
@@ -160,6 +164,9 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
         for source in entries:
             if not isinstance(source, dict) or not _on_linux(source.get("marker")):
                 continue
+            for key in ("url", "git"):
+                if isinstance(source.get(key), str):
+                    refuse_credential(source[key], where, project)
             if "path" in source:
                 project.add_local(
                     LocalInstall(str(source["path"]), bool(source.get("editable")), where)

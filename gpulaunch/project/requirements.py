@@ -320,19 +320,21 @@ _ENV_USERINFO = re.compile(r"://\$\{[A-Z0-9_]+\}(?::\$\{[A-Z0-9_]+\})?@")
 
 
 def refuse_credential(text: str, where: str, project: Project) -> None:
-    """A URL with a credential (an index line, a direct URL): the file that holds it is copied
-    into the image with the project, so `render`/`build` refuse it (init warns)."""
-    if "@" not in text:
-        return  # no userinfo without an `@` (the common line: no import, no regex)
-    from gpulaunch.masking import has_userinfo, mask
+    """A secret in a dependency file (an index or source URL, a direct URL): the file that
+    holds it is copied into the image with the project, so `render`/`build` refuse it (init
+    warns). Judged by shape (gpulaunch.secretshape: URL credentials, query tokens, token
+    formats), plus any userinfo on an index URL that is not only pip's `${VAR}` references."""
+    from gpulaunch.masking import mask
+    from gpulaunch.secretshape import has_userinfo, secret_kind
 
-    if has_userinfo(_ENV_USERINFO.sub("://", text)):
-        reason = (
-            f"{where}: {mask(text)} carries a credential, and this file is copied into the "
-            "image; put the index in image.pip.extra_index_urls (passed as a BuildKit secret)"
-        )
-        project.not_understood.append(reason)
-        project.invalid.append(reason)
+    if secret_kind(text) is None and not has_userinfo(_ENV_USERINFO.sub("://", text)):
+        return
+    reason = (
+        f"{where}: {mask(text)} carries a credential, and this file is copied into the "
+        "image; put the index in image.pip.extra_index_urls (passed as a BuildKit secret)"
+    )
+    project.not_understood.append(reason)
+    project.invalid.append(reason)
 
 
 def _line_index(source: str) -> dict[str, int]:

@@ -194,4 +194,4 @@ def test_build_dry_run_shows_where_the_secret_really_comes_from(hostile: Hostile
     assert f"--secret id=gl_pip_extra_index_urls,src={folder}/gl_pip_extra_index_urls" in (
         outcome.stdout
     )
-    assert f"# each --secret src is a file (0600) in {folder}" in outcome.stdout
+    assert f"# each --secret src is a link in {folder}" in outcome.stdout
