@@ -25,7 +25,7 @@ from gpulaunch.engine.buildspec import (
     BuildRequest,
     DockerCli,
     _sigterm_raises,
-    _write_secrets,
+    secret_links,
 )
 from gpulaunch.engine.context import mirror, write_tar
 from gpulaunch.engine.replies import _from_transport, _short, _stalls_raise, probe_cli
@@ -303,11 +303,11 @@ class Engine:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile, encoding="utf-8")
             context = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
-            _write_secrets(Path(tmp), req.secrets)
             try:
-                mirror(req.context, list(req.entries), context)
-                argv = cli.build_argv(req, dockerfile, context)
-                code = self._run_cli(cli, argv, on_line)
+                with secret_links(Path(tmp), req.secrets):  # in memory, closed after the build
+                    mirror(req.context, list(req.entries), context)
+                    argv = cli.build_argv(req, dockerfile, context)
+                    code = self._run_cli(cli, argv, on_line)
             finally:
                 shutil.rmtree(context, ignore_errors=True)
         if code != 0:
