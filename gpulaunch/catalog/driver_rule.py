@@ -171,39 +171,106 @@ def driver_cuda(driver: str) -> str | None:
 
 def cuda_image_requirement(cuda: str) -> Requirement:
     """NVIDIA_REQUIRE_CUDA of nvidia/cuda:CUDA-*, as read from NVIDIA's Dockerfiles; for a
-    version driver_rules.yaml does not list, an unverified model of it (see _unverified)."""
+    version driver_rules.yaml does not list, the best known rule marked unverified (see
+    _unverified)."""
     table: dict[str, str] = _data()["require_cuda"]
     if cuda in table:
         return parse_requirement(table[cuda], f"nvidia/cuda {cuda} NVIDIA_REQUIRE_CUDA")
-    return _unverified(cuda, table)
+    return _unverified(cuda, table, reported_rules())
 
 
-def _unverified(cuda: str, table: dict[str, str]) -> Requirement:
-    """A rule NVIDIA's Dockerfiles we read do not state: the newest read rule of the same X.Y
-    when there is one; else `cuda>=X.Y` with the forward-compatibility branches of the newest
-    read rule of the same CUDA major (13.x images have listed every datacenter branch from 535
-    on: a datacenter GPU on R580 is admitted, as NVIDIA's 13.x images admit it). Marked
-    unverified: never the rule of a default image (resolver), and named in every message."""
-    xy = ".".join(cuda.split(".")[:2])
+def reported_rules() -> dict[str, ReportedRule]:
+    """VERSION -> a rule seen only in secondary evidence (driver_rules.yaml
+    reported_require_cuda), with where it was seen and how sure that is."""
+    return dict(_reported())
+
+
+@dataclass(frozen=True)
+class ReportedRule:
+    rule: str
+    source: str
+    confidence: str
+
+
+@functools.cache
+def _reported() -> tuple[tuple[str, ReportedRule], ...]:
+    raw = _data().get("reported_require_cuda") or {}
+    if not isinstance(raw, dict):
+        raise CatalogError("driver rules: reported_require_cuda: expected a mapping")
+    out = []
+    for version, row in raw.items():
+        where = f"driver rules: reported_require_cuda {version}"
+        if not isinstance(row, dict) or set(row) != {"rule", "source", "confidence"}:
+            raise CatalogError(f"{where}: expected rule, source and confidence")
+        if row["confidence"] not in ("high", "medium", "low"):
+            raise CatalogError(f"{where}: confidence must be high, medium or low")
+        parse_requirement(str(row["rule"]), where, _data()["datacenter_brands"])
+        out.append(
+            (str(version), ReportedRule(str(row["rule"]), str(row["source"]), row["confidence"]))
+        )
+    return tuple(out)
+
+
+def _unverified(cuda: str, table: dict[str, str], reported: dict[str, ReportedRule]) -> Requirement:
+    """A rule NVIDIA's Dockerfiles we read do not state. In order: a reported rule of this
+    version or of the newest earlier patch of the same X.Y (secondary evidence), the newest read
+    rule of the same X.Y, else a model from NVIDIA's pattern: `cuda>=X.Y`, the
+    forward-compatibility branches of the newest known rule before it, and the branch
+    of the previous X.Y's own driver (each release has added it; branches leave at end of life,
+    which nothing here foretells). Never a copy of the previous release alone: that misses the
+    branch each release adds (13.2 lists 590, 13.1 did not). Marked unverified: never the rule
+    of a default image (resolver), and named in every message."""
+    xy = _xy(cuda)
     if xy not in _data()["driver_cuda"]:
         raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
-    same = [v for v in table if v.startswith(xy + ".")]
-    if same:
+    seen = [v for v in reported if _xy(v) == xy and _vt(v) <= _vt(cuda)]
+    same = [v for v in table if _xy(v) == xy]
+    if seen:
+        near = max(seen, key=_vt)
+        row = reported[near]
+        text, how = row.rule, f"reported for {near}, {row.confidence} confidence"
+    elif same:
         near = max(same, key=_vt)
         text, how = table[near], f"rule of {near}"
     else:
-        major = [v for v in table if v.split(".")[0] == xy.split(".")[0]]
-        near = max(major, key=_vt) if major else ""
-        clauses = [w for w in table[near].split() if "driver<" in w] if near else []
-        text = " ".join([f"cuda>={xy}", *clauses])
-        how = f"cuda>={xy} with the branches of {near}" if clauses else f"cuda>={xy} alone"
+        text, how = _pattern_model(xy, {**table, **{v: r.rule for v, r in reported.items()}})
     req = parse_requirement(text, f"nvidia/cuda {cuda} (unverified: {how})")
     return Requirement(req.text, req.source, req.alternatives, req.enforced, verified=False)
 
 
+def _pattern_model(xy: str, known: dict[str, str]) -> tuple[str, str]:
+    """`cuda>=X.Y` with the branches of the newest known rule below X.Y (13.0 carried 12.9's),
+    plus the previous X.Y's driver branch (NVIDIA's pattern, driver_rules.yaml)."""
+    older = [v for v in known if _vt(_xy(v)) < _vt(xy)]
+    if not older:
+        return f"cuda>={xy}", f"cuda>={xy} alone"
+    near = max(older, key=_vt)
+    clauses = [w for w in known[near].split() if "driver<" in w]
+    previous = [c for c in _data()["driver_cuda"] if _vt(c) < _vt(xy)]
+    added = ""
+    if previous and clauses:
+        branch = int(_data()["driver_cuda"][max(previous, key=_vt)].split(".")[0])
+        listed = {int(w.split("driver>=")[1].split(",")[0].split(".")[0]) for w in clauses}
+        if branch not in listed:
+            brands = list(dict.fromkeys(w.split(",")[0] for w in clauses))
+            clauses += [f"{b},driver>={branch},driver<{branch + 1}" for b in brands]
+            added = f" + branch {branch}"
+    text = " ".join([f"cuda>={xy}", *clauses])
+    how = f"NVIDIA's pattern: branches of {near}{added}" if clauses else f"cuda>={xy} alone"
+    return text, how
+
+
+def _xy(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
 def stored_rules() -> dict[str, str]:
-    """VERSION -> the NVIDIA_REQUIRE_CUDA string stored for nvidia/cuda:VERSION-*."""
-    return {str(k): str(v) for k, v in _data()["require_cuda"].items()}
+    """VERSION -> the NVIDIA_REQUIRE_CUDA string stored for nvidia/cuda:VERSION-*: read from
+    NVIDIA's Dockerfiles, and the reported ones (what `dev/catalog-check` compares with the
+    reference list, which carries both)."""
+    out = {str(k): str(v) for k, v in _data()["require_cuda"].items()}
+    out.update((version, row.rule) for version, row in reported_rules().items())
+    return out
 
 
 def verified_rule(cuda: str) -> bool:

@@ -93,6 +93,9 @@ class Deadsnakes(NamedTuple):
     os: str
     pythons: tuple[str, ...]
     until: date
+    # Pythons the series may have that no source read here confirms: used with a warning,
+    # never refused as absent
+    unverified: tuple[str, ...] = ()
 
 
 class Standalone(NamedTuple):
@@ -130,7 +133,13 @@ def deadsnakes() -> dict[str, Deadsnakes]:
         if not m:
             raise _bad(f"{where}.until", 'expected "YYYY-MM-DD"')
         until = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        out[str(os_name)] = Deadsnakes(str(os_name), _texts(row.get("pythons"), where), until)
+        extra = row.get("unverified")
+        out[str(os_name)] = Deadsnakes(
+            str(os_name),
+            _texts(row.get("pythons"), where),
+            until,
+            _texts(extra, f"{where}.unverified") if extra is not None else (),
+        )
     return out
 
 
@@ -152,7 +161,7 @@ def deadsnakes_gap(os_name: str, python: str, on: date) -> str | None:
         return f"deadsnakes has no {os_name} series"
     if on > row.until:
         return f"deadsnakes removed {os_name} after its end of life ({row.until.isoformat()})"
-    if python not in row.pythons:
+    if python not in row.pythons + row.unverified:
         return f"deadsnakes has no Python {python} for {os_name}"
     return None
 
@@ -162,6 +171,7 @@ class Choice(NamedTuple):
 
     source: str
     note: str = ""
+    unverified: bool = False  # the source's having this Python is not confirmed (see note)
 
 
 def choose_source(
@@ -190,6 +200,13 @@ def choose_source(
         return _standalone(python, glibc, os_name)
     gap = deadsnakes_gap(os_name, python, on)
     if gap is None:
+        if python in deadsnakes()[os_name].unverified:
+            return Choice(
+                "deadsnakes",
+                f"deadsnakes' Python {python} for {os_name} is unverified (no source read "
+                "confirms the PPA publishes it); the build fails at apt-get if it does not",
+                unverified=True,
+            )
         return Choice("deadsnakes")
     raise CatalogError(
         f"image.python: Python {python} cannot be installed on {os_name}: {gap}; "

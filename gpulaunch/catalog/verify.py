@@ -19,6 +19,22 @@ from gpulaunch.catalog.pypi_facts import vt
 from gpulaunch.catalog.update import Sources, _Project, _raw_releases, build_update
 from gpulaunch.errors import CatalogError
 
+# Differences the packaged catalog keeps on purpose: the line `differences` prints -> why.
+# `dev/catalog-check` prints them as `excepted:` and does not count them.
+EXCEPTIONS: dict[str, str] = {
+    "torch 1.13: python.max 3.10, PyPI 1.13.1 has wheels up to cp311": (
+        "PyTorch's matrix (RELEASE.md) supports 3.7-3.10 for 1.13, and 1.13.0 has no cp311 "
+        "wheel: a release-wide 3.11 would break `torch: 1.13.0`"
+    ),
+}
+
+
+def split_exceptions(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(the lines that are differences, `excepted: LINE (why)` for the deliberate ones)."""
+    real = [line for line in lines if line not in EXCEPTIONS]
+    kept = [f"excepted: {line} ({EXCEPTIONS[line]})" for line in lines if line in EXCEPTIONS]
+    return real, kept
+
 
 def differences(packaged: dict[str, Any], sources: Sources) -> list[str]:
     """One line per difference, then `missing:` lines for what an update would add, then

@@ -66,7 +66,8 @@ def _cells(rows: list[MatrixRow]) -> tuple[list[str], list[list[str]], str]:
     headers = [*COLUMNS, "overlay"] if overlaid else list(COLUMNS)
     body: list[list[str]] = []
     for row in rows:
-        status = row.status if row.confidence == "high" else f"{row.status} ({row.confidence})"
+        mark = "unverified" if not row.verified else row.confidence
+        status = row.status if mark == "high" else f"{row.status} ({mark})"
         cells = [
             row.torch,
             row.variant,
@@ -85,7 +86,9 @@ def _cells(rows: list[MatrixRow]) -> tuple[list[str], list[list[str]], str]:
         "min driver: what the image's NVIDIA_REQUIRE_CUDA needs for every GPU; "
         "* forward-compatibility branches, for the GPU brands the image lists "
         "(datacenter brands; GeForce/Titan only up to CUDA 12.4); rule unverified: an image "
-        "newer than NVIDIA's Dockerfiles gpulaunch read (modelled, never a default)"
+        "newer than NVIDIA's Dockerfiles gpulaunch read (modelled, never a default); "
+        "(unverified): a build, image or pairing no source showed (offered when asked for, "
+        "with a warning; never a default)"
     )
     if overlaid:
         caption += "; overlay: the user catalog file a row comes from (--json: origin)"

@@ -15,6 +15,20 @@ from typing import Any, NamedTuple, TypeVar
 from gpulaunch.errors import CatalogError
 
 CONFIDENCES = ("high", "medium", "low")
+# How a catalog fact is known: high = read from a primary source, medium = from a secondary one;
+# low = inferred or unknown (a release plan, a series pattern, nobody has seen it). One idea for
+# every row (image, build, patch, release, NGC tag, driver): an unverified fact is never a
+# default, is offered with a warning, is marked in `versions`, and no refusal rests on it.
+UNVERIFIED = "low"
+# A release's build list: "complete" (read from the PyTorch index / RELEASE.md: a CUDA it lacks
+# has no build) or "partial" (only some builds seen, e.g. PyPI's: an absent one is unknown).
+BUILD_LISTS = ("complete", "partial")
+
+
+def verified(confidence: str) -> bool:
+    """Whether a fact with this confidence was read from a source (see UNVERIFIED)."""
+    return confidence != UNVERIFIED
+
 
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 _CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
@@ -51,6 +65,7 @@ class OsInfo(NamedTuple):
     name: str
     python: str
     glibc: str
+    confidence: str = "high"
 
 
 class CudaImage(NamedTuple):
@@ -88,6 +103,7 @@ class Variant(NamedTuple):
     archs: tuple[str, ...]
     confidence: str
     origin: str | None = None
+    note: str | None = None  # the evidence, for an unverified build
 
 
 class Patch(NamedTuple):
@@ -109,6 +125,7 @@ class TorchRelease(NamedTuple):
     variants: tuple[Variant, ...]
     confidence: str
     origin: str | None = None
+    builds: str = "complete"  # BUILD_LISTS: whether a CUDA absent from `variants` has no build
 
     def python_ok(self, python: str) -> bool:
         return _vt(self.python_min) <= _vt(python) <= _vt(self.python_max)
@@ -298,7 +315,12 @@ def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
 
 
 def _os_info(name: str, node: _Node) -> OsInfo:
-    info = OsInfo(name, node.text("python", version=True), node.text("glibc", version=True))
+    info = OsInfo(
+        name,
+        node.text("python", version=True),
+        node.text("glibc", version=True),
+        node.confidence(),
+    )
     node.done()
     return info
 
@@ -325,10 +347,11 @@ def _variant(node: _Node) -> Variant:
         node.text("variant"),
         node.text("cuda", version=True),
         node.text("status"),
-        node.text("cudnn", version=True),
+        node.opt_text("cudnn", version=True) or "",  # unknown for an unverified build
         archs,
         node.confidence(),
         node.opt_text("origin"),
+        node.opt_text("note"),
     )
 
 
@@ -355,8 +378,11 @@ def _release(node: _Node) -> TorchRelease:
         variants=_each(node.nodes("variants"), _variant),
         confidence=node.confidence(),
         origin=node.opt_text("origin"),
+        builds=node.opt_text("builds") or "complete",
     )
     py.done()
+    if release.builds not in BUILD_LISTS:
+        raise _bad(f"{node.path}.builds", f"must be one of {_join(BUILD_LISTS)}")
     for key in ("min", "max"):
         if not _PYTHON_RE.fullmatch(getattr(release, f"python_{key}")):
             raise _bad(f"{py.path}.{key}", "expected a Python version such as 3.11")
@@ -415,6 +441,12 @@ def _parse_catalog(raw: object) -> Catalog:
     root = _Node(raw, "catalog")
     root.text("schema_version")
     research_date = root.text("research_date")
+    from gpulaunch.catalog.staleness import gaps
+
+    try:
+        gaps(root._get("known_gaps", required=False))
+    except CatalogError as err:
+        raise _bad("catalog.known_gaps", err.message.split(": ", 2)[-1]) from None
     os_map = {name: _os_info(name, node) for name, node in root.mapping("os").items()}
     defaults = root.node("defaults")
     images = root.node("cuda_images")

@@ -18,6 +18,7 @@ from gpulaunch.image.catalog_data import (
     _CC_RE,
     _TORCH_RE,
     CONFIDENCES,
+    UNVERIFIED,
     Variant,
     _vt,
     _xy,
@@ -65,10 +66,16 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
             key = (rule.text, rule.source, rule.verified) if rule else ("", "", True)
             if rule and key not in branches:
                 branches[key] = tuple(rule.branches())
+            image = [
+                i
+                for i in cat.cuda_images
+                if resolved.base_image.startswith(f"{cat.cuda_image}:{i.cuda}-")
+            ]
             confidences = [
                 rel.confidence,
                 patch.confidence,
                 variant.confidence if variant else "high",
+                *(i.confidence for i in image),
             ]
             rows.append(
                 MatrixRow(
@@ -88,6 +95,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     driver_branches=branches[key] if rule else (),
                     origin=patch.origin or (variant.origin if variant else None) or rel.origin,
                     driver_verified=rule.verified if rule else True,
+                    verified=UNVERIFIED not in confidences,
                 )
             )
     return rows
@@ -218,7 +226,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
     native: list[MatrixRow] = []
     forward: list[MatrixRow] = []
     for row in matrix() if rows is None else rows:
-        if row.cuda is None or row.status != "stable" or row.confidence == "low":
+        if row.cuda is None or row.status != "stable" or not row.verified:
             continue
         if not row.driver_verified:  # an image rule gpulaunch modelled: never a default
             continue
@@ -291,5 +299,6 @@ def _variants_for_driver(resolved: ResolvedImage, driver: str, brand: str | None
     for row in rows:
         req = driver_rule.requirement_for(row.image, row.cuda) if row.cuda else None
         if req is not None and driver_rule.host_can_run(req, driver, brand).ok:
-            out.append(f"cuda {row.cuda} ({row.variant})")
+            unverified = "" if row.verified and req.verified else ", unverified"
+            out.append(f"cuda {row.cuda} ({row.variant}{unverified})")
     return out

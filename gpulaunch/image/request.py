@@ -25,6 +25,7 @@ from gpulaunch.image.catalog_data import (
     _PYTHON_RE,
     _TORCH_RE,
     _VERSION_RE,
+    UNVERIFIED,
     Catalog,
     Patch,
     T,
@@ -177,6 +178,9 @@ class MatrixRow:
     driver_branches: tuple[str, ...] = ()
     origin: str | None = None  # the overlay file this row's facts come from (None: packaged)
     driver_verified: bool = True  # False: the image's rule is modelled, not read from NVIDIA
+    # False: a fact of this row (release, patch, build, image) is unverified (confidence low):
+    # never a default; `versions` marks it
+    verified: bool = True
 
     @property
     def python_range(self) -> str:
@@ -243,9 +247,9 @@ def _parse_python(value: str | None) -> str | None:
 
 
 def _newest(items: Iterable[T], key: Callable[[T], str]) -> T:
-    """Newest item, preferring rows that are not low-confidence."""
+    """Newest item, preferring rows that are verified (see catalog_data.UNVERIFIED)."""
     pool = list(items)
-    trusted = [i for i in pool if getattr(i, "confidence", "high") != "low"]
+    trusted = [i for i in pool if getattr(i, "confidence", "high") != UNVERIFIED]
     return max(trusted or pool, key=lambda i: _vt(key(i)))
 
 
@@ -256,7 +260,11 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
     if value is None:
         # the newest release with a build whose image's driver rule is NVIDIA's own: a
         # release whose builds all need unverified images is never the default
-        ready = [r for r in cat.releases if any(verified_image(cat, v) for v in r.variants)]
+        ready = [
+            r
+            for r in cat.releases
+            if any(v.confidence != UNVERIFIED and verified_image(cat, v) for v in r.variants)
+        ]
         release = _newest(ready or cat.releases, lambda r: r.minor)
         return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
     text = value.strip()
@@ -282,7 +290,9 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
 
 def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None, cat: Catalog | None = None) -> Variant:
     """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
-    gpulaunch.catalog.driver_rule.broad_reach)."""
+    gpulaunch.catalog.driver_rule.broad_reach). A CUDA the release lists no build for is
+    refused only when its build list is complete; otherwise the absence is unknown and an
+    unverified build is offered (`_unlisted_build`), never as a default."""
     rel = sel.release
     if cuda is None:
         if cat is None:
@@ -291,16 +301,41 @@ def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None, cat: Catalog | None =
     for v in rel.variants:
         if v.cuda == cuda.xy:
             return v
+    if rel.builds == "partial":
+        return _unlisted_build(sel, cuda.xy, cat)
     raise CatalogError(
         f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
         f"available: {_join(v.variant for v in rel.variants)}"
     )
 
 
+def _unlisted_build(sel: _TorchSel, xy: str, cat: Catalog | None) -> Variant:
+    """A build the catalog neither lists nor knows to be absent (the release's build list is
+    partial): offered unverified, with the arch list of the newest earlier build of that CUDA."""
+    earlier = [
+        v
+        for rel in (cat.releases if cat else ())
+        if _vt(rel.minor) < _vt(sel.release.minor)
+        for v in rel.variants
+        if v.cuda == xy
+    ]
+    return Variant(
+        variant="cu" + xy.replace(".", ""),
+        cuda=xy,
+        status="stable",
+        cudnn="",
+        archs=earlier[-1].archs if earlier else (),
+        confidence=UNVERIFIED,
+        note=f"not in the catalog's partial list of torch {sel.release.minor} builds",
+    )
+
+
 def verified_image(cat: Catalog, variant: Variant) -> bool:
     """A build whose CUDA x.y has a trusted nvidia/cuda image with NVIDIA's own driver rule."""
     return any(
-        img.xy == variant.cuda and img.confidence != "low" and driver_rule.verified_rule(img.cuda)
+        img.xy == variant.cuda
+        and img.confidence != UNVERIFIED
+        and driver_rule.verified_rule(img.cuda)
         for img in cat.cuda_images
     )
 
@@ -313,7 +348,7 @@ def broad_reach_variant(
     then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
     builds (an overlay's unconfirmed rows) and builds whose images have only an unverified
     driver rule (`verified`) are chosen only when nothing else is left."""
-    trusted = [v for v in rel.variants if v.confidence != "low"] or list(rel.variants)
+    trusted = [v for v in rel.variants if v.confidence != UNVERIFIED] or list(rel.variants)
     trusted = [v for v in trusted if verified(v)] or trusted
     stable = [v for v in trusted if v.status == "stable"] or trusted
 
@@ -369,7 +404,13 @@ def _default_python(
 
 def _torch_warnings(sel: _TorchSel, variant: Variant | None, warnings: list[str]) -> None:
     rel, patch = sel.release, sel.patch
-    if variant is not None and variant.status != "stable" and variant.cuda != rel.pypi_default:
+    if variant is not None and variant.confidence == UNVERIFIED:
+        why = f" ({variant.note})" if variant.note else ""
+        warnings.append(
+            f"torch {patch.torch} {variant.variant} build is unverified{why}: the torch install "
+            "fails at build time if PyTorch does not publish it"
+        )
+    elif variant is not None and variant.status != "stable" and variant.cuda != rel.pypi_default:
         warnings.append(
             f"torch {patch.torch} {variant.variant} is marked {variant.status} upstream"
         )
@@ -378,12 +419,11 @@ def _torch_warnings(sel: _TorchSel, variant: Variant | None, warnings: list[str]
         for what, conf in (
             (f"torch {rel.minor} release", rel.confidence),
             (f"torch {patch.torch} companion versions", patch.confidence),
-            (f"{variant.variant} build" if variant else "", variant.confidence if variant else ""),
         )
-        if conf == "low"
+        if conf == UNVERIFIED
     ]
     for what in low:
-        warnings.append(f"catalog data for {what} is low-confidence; verify before relying on it")
+        warnings.append(f"catalog data for {what} is unverified; check it before relying on it")
 
 
 def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
@@ -396,8 +436,8 @@ def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> 
         row = _newest(rows, lambda d: d.cuda) if rows else None
     if row is None:
         return None
-    if row.confidence == "low":
-        warnings.append(f"driver {row.driver} for CUDA {row.cuda} is a low-confidence catalog row")
+    if row.confidence == UNVERIFIED:
+        warnings.append(f"driver {row.driver} for CUDA {row.cuda} is an unverified catalog fact")
     return row.driver
 
 

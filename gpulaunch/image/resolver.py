@@ -1,8 +1,9 @@
 """The resolver: an `ImageRequest` -> one `ResolvedImage` (base image tag, torch wheel variant,
 Python source), or a `CatalogError` naming the conflict and the nearest valid choice.
 
-The image's CUDA x.y always equals the wheel's CUDA x.y; low-confidence catalog rows are
-never chosen as defaults.
+The image's CUDA x.y always equals the wheel's CUDA x.y. Unverified catalog rows (confidence
+low: inferred or unknown) are never chosen as defaults; asked for, they are used with a warning,
+and a refusal names only an absence the catalog has evidence for.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
     _DASH,
     _TORCH_RE,
+    UNVERIFIED,
     Catalog,
     CudaImage,
     NgcRelease,
@@ -177,7 +179,10 @@ def _resolve_custom(
     _check_python(sel, py, warnings)
     source = "image"
     if os_name is not None and req.python_source != "image":  # provisioned like a catalog base
-        source = python_source(cat, sel, os_name, py, req.python_source).source
+        choice = python_source(cat, sel, os_name, py, req.python_source)
+        source = choice.source
+        if choice.unverified:
+            warnings.append(f"image.python_source: {choice.note}")
     elif python is None:
         warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
     if sel is not None:
@@ -329,10 +334,18 @@ def _resolve_cuda(
     py = python or _default_python(cat, sel, cat.os[os_name].python)
     _check_python(sel, py, warnings)
     oses = image.oses(with_cudnn)
-    source = python_source(cat, sel, os_name, py, requested_source, oses).source
+    choice = python_source(cat, sel, os_name, py, requested_source, oses)
+    source = choice.source
+    if choice.unverified:
+        warnings.append(f"image.python_source: {choice.note}")
 
-    if image.confidence == "low":
-        warnings.append(f"{base_image} is a low-confidence catalog row; check that the tag exists")
+    if image.confidence == UNVERIFIED:
+        warnings.append(f"{base_image} is unverified (no source showed the tag); check it exists")
+    if cat.os[os_name].confidence == UNVERIFIED:
+        info = cat.os[os_name]
+        warnings.append(
+            f"{os_name}'s Python {info.python} and glibc {info.glibc} are unverified catalog facts"
+        )
     if not driver_rule.verified_rule(image.cuda):
         rule = driver_rule.cuda_image_requirement(image.cuda)
         warnings.append(f"{base_image}: driver rule not read from NVIDIA ({rule.source})")
@@ -409,9 +422,11 @@ def _variant_with_image(
 def _newest_image(
     cat: Catalog, kind: str, cudnn: str | None, os_name: str | None
 ) -> tuple[CudaImage, str]:
-    """No torch and no CUDA asked for: the newest CUDA x.y with a matching image."""
+    """No torch and no CUDA asked for: the newest CUDA x.y with a matching image (an x.y whose
+    images are all unverified is never the default)."""
     first_error: CatalogError | None = None
-    for xy in sorted({img.xy for img in cat.cuda_images}, key=_vt, reverse=True):
+    known = {img.xy for img in cat.cuda_images if img.confidence != UNVERIFIED}
+    for xy in sorted(known or {img.xy for img in cat.cuda_images}, key=_vt, reverse=True):
         try:
             return _choose_image(cat, xy, None, kind, cudnn, os_name, None)
         except CatalogError as err:
@@ -482,10 +497,10 @@ def _resolve_ngc(
             )
         rows = with_cudnn
     row = _newest(rows, _ngc_key)
-    if row.confidence == "low":
+    if row.confidence == UNVERIFIED:
         warnings.append(
-            f"NGC {row.tag} versions (torch {row.torch}, CUDA {row.cuda}) are a low-confidence "
-            "catalog row; check the NGC release notes"
+            f"NGC {row.tag} versions (torch {row.torch}, CUDA {row.cuda}) are unverified "
+            "catalog facts; check the NGC release notes"
         )
     if torch is not None and torch.count(".") == 2:
         warnings.append(

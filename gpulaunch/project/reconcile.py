@@ -122,8 +122,13 @@ def reconcile(
     rows = _companion_rows(project, rows, choice)
     trusted = [r for r in rows if r.confidence != "low"] or rows
     if cuda != "cpu" and variant != "cpu":
-        # never a default whose CUDA images all carry an unverified driver rule
-        ready = {r.torch for r in rows if r.cuda and getattr(r, "driver_verified", True)}
+        # never a default whose CUDA builds are all unverified or whose images all carry an
+        # unverified driver rule
+        ready = {
+            r.torch
+            for r in rows
+            if r.cuda and getattr(r, "driver_verified", True) and getattr(r, "verified", True)
+        }
         trusted = [r for r in trusted if r.torch in ready] or trusted
     best = max(trusted, key=lambda r: Version(r.torch))
     if pin is not None or torch is not None or project.torch_constraints:

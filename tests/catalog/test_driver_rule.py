@@ -106,18 +106,66 @@ def test_images_newer_than_the_snapshot_are_unverified() -> None:
     assert not derived.verified and not driver_rule.verified_rule("13.0.3")
     assert derived.source == "nvidia/cuda 13.0.3 (unverified: rule of 13.0.2)"
     assert derived.text == read.text
-    new = driver_rule.cuda_image_requirement("13.2.1")  # no listed 13.2 patch
+    new = driver_rule.cuda_image_requirement("13.2.1")  # 13.2.0's rule is reported, not read
     assert not new.verified and new.cuda_floor == "13.2" and new.needed() == "595.45.04"
-    assert "with the branches of 13.1.0" in new.source
     h100 = driver_rule.host_can_run(new, "580.95.05", "nvidia")
     assert h100.ok and h100.forward and "driver<581" in h100.reason
     rtx = driver_rule.host_can_run(new, "580.95.05", "geforce")
     assert not rtx.ok and rtx.reason.endswith(
-        "(unverified: cuda>=13.2 with the branches of 13.1.0)"
+        "(unverified: reported for 13.2.0, medium confidence)"
     )
-    assert not driver_rule.host_can_run(new, "590.48.01", "nvidia").ok  # 590: no listed branch
     with pytest.raises(CatalogError, match="no driver data"):
         driver_rule.cuda_image_requirement("10.2.89")
+
+
+def _branches(rule: str) -> set[str]:
+    return set(driver_rule.parse_requirement(rule).branches())
+
+
+def test_13_2_follows_its_reported_rule_not_a_copy_of_13_1() -> None:
+    """Issue 31 §4: a 13.2.0 image lists branches 535, 570, 580 and 590 (reported, medium);
+    the old model copied 13.1.0's (535, 550, 570, 575, 580), refusing a datacenter GPU on R590
+    and admitting R550/R575, which the image no longer lists."""
+    for patch in ("13.2.0", "13.2.1", "13.2.2"):
+        rule = driver_rule.cuda_image_requirement(patch)
+        assert tuple(rule.branches()) == ("535", "570", "580", "590"), patch
+        assert not rule.verified and "reported for 13.2.0, medium confidence" in rule.source
+        assert driver_rule.host_can_run(rule, "590.48.01", "nvidia").ok
+        assert not driver_rule.host_can_run(rule, "550.54.15", "nvidia").ok
+    reported = driver_rule.reported_rules()["13.2.0"]
+    assert reported.confidence == "medium" and "docker inspect" in reported.source
+
+
+def test_the_pattern_predicts_every_branch_nvidia_listed() -> None:
+    """NVIDIA's pattern, checked on every known rule from 12.9 on: modelled from the rules of
+    the X.Y before it, a rule lists every branch the real one lists (the previous toolkit's
+    driver branch included); copying the previous release alone misses that branch."""
+    known = driver_rule.stored_rules()
+    newest = {}
+    for version in sorted(known, key=lambda v: tuple(map(int, v.split(".")))):
+        newest[".".join(version.split(".")[:2])] = version
+    for xy in ("12.9", "13.0", "13.1", "13.2"):
+        below = {
+            v: r
+            for v, r in known.items()
+            if tuple(map(int, v.split(".")[:2])) < tuple(map(int, xy.split(".")))
+        }
+        text, how = driver_rule._pattern_model(xy, below)
+        real = _branches(known[newest[xy]])
+        assert real <= _branches(text), (xy, how, sorted(real - _branches(text)))
+        previous = below[max(below, key=lambda v: tuple(map(int, v.split("."))))]
+        assert not real <= _branches(previous), xy  # a copy misses the added branch
+
+
+def test_newer_rules_are_modelled_from_the_pattern() -> None:
+    rule = driver_rule.cuda_image_requirement("13.3.0")
+    assert not rule.verified and rule.cuda_floor == "13.3" and rule.needed() == "610.43.02"
+    assert tuple(rule.branches()) == ("535", "570", "580", "590", "595")
+    assert rule.source == (
+        "nvidia/cuda 13.3.0 (unverified: NVIDIA's pattern: branches of 13.2.0 + branch 595)"
+    )
+    assert driver_rule.host_can_run(rule, "595.45.04", "tesla").forward
+    assert not driver_rule.host_can_run(rule, "595.45.04", "geforce").ok
 
 
 def test_defaults_never_pick_an_unverified_image() -> None:

@@ -69,7 +69,9 @@ def test_overlay_rows_merge_and_are_marked(runner: CliRunner, tmp_path: Path) ->
     added = [img for img in cat.cuda_images if img.cuda == "13.2.3"]
     assert [(img.os, img.origin) for img in added] == [(("ubuntu24.04",), str(path))]
     # still sorted by version after the merge (the loader refuses unsorted releases)
-    assert [img.cuda for img in cat.cuda_images][-5:-2] == ["13.2.2", "13.2.3", "13.3.0"]
+    versions = [img.cuda for img in cat.cuda_images]
+    at = versions.index("13.2.2")
+    assert versions[at : at + 3] == ["13.2.2", "13.2.3", "13.3.0"]
 
 
 def test_catalog_path_comes_after_catalog_d_and_wins(

@@ -102,8 +102,9 @@ def test_ngc_render_keeps_the_image_constraints(docker_client: Any, tmp_path: Pa
         ).decode()
         lines = out.split()
         assert lines[0] == "1.0", out  # NGC's pin won over the newer wheel
-        assert "glpin==1.0" in lines  # NGC's constraint file kept in ours
-        assert "PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt" in lines
+        # NGC's constraint file stays in PIP_CONSTRAINT, ours added beside it (issue 31 §4)
+        assert "PIP_CONSTRAINT=/etc/pip/constraint.txt" in lines
+        assert "/opt/gpulaunch/constraints.txt" in lines
         assert lines[-1] == "no-venv"
     finally:
         for tag in (built, fake_ngc):

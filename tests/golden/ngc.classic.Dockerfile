@@ -34,11 +34,11 @@ LABEL org.opencontainers.image.title="example-ngc" \
 # 2. Python 3.10: the NGC image's own, used the way NVIDIA documents (pip into the
 # image's Python). No venv: creating one needs python3.X-venv, which NGC images do not ship.
 
-# Keep NGC's /etc/pip/constraint.txt (it pins NVIDIA's torch stack) in force and extend it
-# with the torch* the image ships, so requirements cannot replace NVIDIA's builds.
+# NGC's own constraint file (its PIP_CONSTRAINT: it pins NVIDIA's torch stack) stays in force;
+# ours, the torch* the image ships, is added beside it (pip reads every file the variable names).
 RUN mkdir -p /opt/gpulaunch \
- && { if [ -f /etc/pip/constraint.txt ]; then cat /etc/pip/constraint.txt; echo; fi; python3 -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')"; } > /opt/gpulaunch/constraints.txt
-ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
+ && python3 -c "import importlib.metadata as m; v={d.metadata['Name'].lower(): d.version for d in m.distributions()}; print(*[f'{n}=={v[n]}' for n in ('torch', 'torchvision', 'torchaudio') if n in v], sep='\n')" > /opt/gpulaunch/constraints.txt
+ENV PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }/opt/gpulaunch/constraints.txt"
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
 COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]

@@ -26,6 +26,7 @@ LABEL org.opencontainers.image.title="example-offline-cpu" \
       io.gpulaunch.python-source="image" \
       io.gpulaunch.torch="2.13.0" \
       io.gpulaunch.torchvision="0.28.0" \
+      io.gpulaunch.torchaudio="2.11.1" \
       io.gpulaunch.torch-variant="cpu"
 
 # 2. Python 3.11 (image) in a venv at a fixed path (no PEP 668 trouble)

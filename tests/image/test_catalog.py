@@ -76,9 +76,14 @@ def test_every_torch_patch_has_a_cpu_image(torch: str) -> None:
 
 def test_default_torch_resolves_with_default_variant() -> None:
     res = _resolve()
-    # the newest release with a build whose image's driver rule is read from NVIDIA (2.15's
-    # only build, cu132, needs a 13.2 image whose rule is modelled: never the default)
-    ready = [r for r in CAT.releases if any(verified_image(CAT, v) for v in r.variants)]
+    # the newest release with a verified build whose image's driver rule is read from NVIDIA
+    # (2.15's verified build, cu132, needs a 13.2 image whose rule is reported, not read; its
+    # cu126/cu130 builds are unverified: never the default)
+    ready = [
+        r
+        for r in CAT.releases
+        if any(v.confidence != "low" and verified_image(CAT, v) for v in r.variants)
+    ]
     newest = max(ready, key=lambda r: tuple(int(x) for x in r.minor.split(".")))
     assert newest.minor == "2.14" and CAT.releases[-1].minor == "2.15"
     assert res.torch is not None and res.torch.startswith(newest.minor + ".")
@@ -209,7 +214,7 @@ def test_ngc_by_cuda_and_default_skips_low_confidence() -> None:
     # Only low-confidence tags ship torch 2.13 (26.06, 26.07): allowed, with a warning.
     low = _resolve(flavor="ngc", torch="2.13")
     assert low.ngc_tag == "26.07"
-    assert any("low-confidence" in w for w in low.warnings)
+    assert any("are unverified catalog facts" in w for w in low.warnings)
 
 
 def test_explicit_base() -> None:
@@ -229,11 +234,13 @@ def test_torch_none_defaults_to_newest_trusted_cuda_image() -> None:
     assert res.torch is None and res.torch_variant is None
 
 
-def test_torchaudio_absent_from_212() -> None:
+def test_torchaudio_211_1_serves_212_to_215() -> None:
+    """No torchaudio 2.12+ exists (maintenance mode); 2.11.1's own metadata (torch>=2.11, pure
+    Python) admits torch 2.12-2.15: paired with medium confidence, not left empty."""
     assert _resolve(torch="2.11.0").torchaudio == "2.11.0"
-    for version in ("2.12.1", "2.13.0", "2.14.0"):
+    for version in ("2.12.1", "2.13.0", "2.14.0", "2.15.0"):
         res = _resolve(torch=version)
-        assert res.torchaudio is None and res.torchvision is not None
+        assert res.torchaudio == "2.11.1" and res.torchvision is not None
 
 
 def test_low_confidence_row_warns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,9 +254,9 @@ def test_low_confidence_row_warns(monkeypatch: pytest.MonkeyPatch) -> None:
     low_cat = CAT._replace(releases=tuple(lower(r) for r in CAT.releases))
     monkeypatch.setattr(resolver_mod, "load_catalog", lambda: low_cat)
     res = _resolve(torch="2.12.1")
-    assert any("low-confidence" in w for w in res.warnings)
+    assert any("companion versions is unverified" in w for w in res.warnings)
     assert _resolve(torch="2.12").torch == "2.12.0"  # the low row is not a default
-    assert all("low-confidence" not in w for w in _resolve(torch="2.12.0").warnings)
+    assert all("unverified" not in w for w in _resolve(torch="2.12.0").warnings)
 
 
 def test_210_is_not_21() -> None:
@@ -308,7 +315,7 @@ INVALID = [
     ({"flavor": "gpu"}, "image.flavor: unknown flavor 'gpu'; valid: runtime, devel, ngc, cpu"),
     ({"cuda": "12.7"}, "image.cuda: unknown CUDA 12.7; nearest known: 12.6, 12.8"),
     ({"torch": "2.5.1", "cuda": "12.4.3"}, "image.cuda: no nvidia/cuda image for CUDA 12.4.3"),
-    ({"os": "ubuntu26.04"}, "image.os: unknown OS 'ubuntu26.04'; valid: ubuntu18.04"),
+    ({"os": "ubuntu25.10"}, "image.os: unknown OS 'ubuntu25.10'; valid: ubuntu18.04"),
     (
         {"torch": "none", "cuda": "12.5", "cudnn": "9", "os": "ubuntu24.04"},
         "image.os: no nvidia/cuda 12.5 cudnn-runtime image for ubuntu24.04; "

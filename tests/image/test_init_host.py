@@ -79,9 +79,10 @@ def test_h100_on_a_new_driver_gets_the_newest_torch_and_cuda(
     in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _host(monkeypatch, "595.58.03", _gpu(H100, TESLA), _gpu(H100, TESLA))
-    # builds whose image's driver rule is modelled (13.2: newer than NVIDIA's Dockerfiles we
-    # read) are never picked: torch 2.15 (cu132 only) and 2.14's cu132 are left out
-    rows = [r for r in compat.matrix() if r.cuda and r.driver_verified]
+    # builds whose image's driver rule is not read from NVIDIA (13.2: reported) and unverified
+    # builds (2.15's cu126/cu130: the release plan's) are never picked: torch 2.15 and 2.14's
+    # cu132 are left out
+    rows = [r for r in compat.matrix() if r.cuda and r.driver_verified and r.verified]
     newest = max(rows, key=lambda r: Version(r.torch)).torch
     stable = [r.cuda for r in compat.matrix(newest) if r.cuda and r.status == "stable"]
 

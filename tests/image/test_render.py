@@ -80,9 +80,12 @@ def test_ngc_does_not_reinstall_torch() -> None:
     # NVIDIA's Python, no venv (it would need python3.X-venv, absent from NGC images)
     assert "-m venv" not in text and "/opt/venv" not in text
     assert "-r /opt/gpulaunch/req/requirements.txt" in text
-    # NGC's own constraints stay in force, extended with the torch* the image ships
-    keep = text.index("cat /etc/pip/constraint.txt")
-    assert keep < text.index("ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt")
+    # NGC's own constraint file stays in force: ours is added to its PIP_CONSTRAINT (pip reads
+    # every file the variable names), never put in its place
+    added = 'ENV PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }/opt/gpulaunch/constraints.txt"'
+    assert added in text.splitlines()
+    assert "ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt" not in text
+    assert "cat /etc/pip/constraint.txt" not in text  # no copy taken at build time
     assert text.index("ENV PIP_CONSTRAINT=") < text.index("-r /opt/gpulaunch/req/requirements.txt")
 
 

@@ -17,7 +17,7 @@ from gpulaunch.image.render import plan_image, render_dockerfile
 
 # the newest torch a default picks: one with a CUDA build whose image's driver rule is NVIDIA's
 NEWEST = max(
-    {r.torch for r in matrix() if r.cuda and r.driver_verified},
+    {r.torch for r in matrix() if r.cuda and r.driver_verified and r.verified},
     key=lambda v: tuple(int(x) for x in v.split(".")),
 )
 PYPROJECT_PKG = (
