@@ -376,7 +376,7 @@ def _new_minor(
     dist = torch.dist(facts.version)
     wheel = pypi_facts.wheel_cuda(pypi_facts.exact_pins(dist or []))
     default_cuda = wheel.cuda if wheel else previous.get("pypi_default")
-    variants = _variants(minor, facts.version, wheel, previous, sources, report)
+    variants, complete = _variants(minor, facts.version, wheel, previous, sources, report)
     pythons = f"{facts.python_min}\u2013{facts.python_max}"
     report.added.append(
         f"torch {minor}: Python {pythons} (requires_python {facts.requires_python or '?'}), "
@@ -395,6 +395,8 @@ def _new_minor(
         ),
         "patches": [],
         "variants": variants,
+        # an index page not reached leaves its builds unknown, not absent (catalog_data)
+        "builds": "complete" if complete else "partial",
     }
 
 
@@ -405,10 +407,12 @@ def _variants(
     previous: dict[str, Any],
     sources: Sources,
     report: UpdateReport,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], bool]:
     """The CUDA builds with evidence: each one the PyTorch index lists, else the one PyPI's
     wheel pins. A build of the previous minor without such evidence is never carried over
-    (torch 2.15 has no cu126 build just because 2.14 had one): the report names it."""
+    (torch 2.15 has no cu126 build just because 2.14 had one): the report names it. The
+    flag says whether the list is complete: every index page was read."""
+    complete = True
     carried = [copy.deepcopy(v) for v in previous.get("variants", []) if isinstance(v, dict)]
     by_name = {str(v.get("variant")): v for v in carried}
     built = "cu" + wheel.cuda.replace(".", "") if wheel else None
@@ -423,6 +427,7 @@ def _variants(
         row.pop("note", None)
         row.pop("origin", None)
         page = sources.index_page(name)
+        complete = complete and page is not None
         if page is not None:
             if re.search(rf"torch-{re.escape(version)}(\+|%2B){name}-", page) is None:
                 report.unconfirmed.append(f"torch {minor}: no {name} build on the PyTorch index")
@@ -441,7 +446,7 @@ def _variants(
             )
             continue
         out.append(row)
-    return out
+    return out, complete
 
 
 def _document(

@@ -118,6 +118,7 @@ def test_update_writes_what_pypi_has_and_the_catalog_lacks(
     assert [(v["variant"], v["cudnn"], v["confidence"]) for v in new["variants"]] == [
         ("cu132", "9.27.0.1", "medium")
     ]
+    assert new["builds"] == "partial"  # the index was not read: other builds are unknown
     doc = yaml.safe_load(path.read_text())
     assert doc["research_date"]
     assert doc["sources"]["refreshed"] == ["torch"]  # Docker Hub not reached
@@ -230,6 +231,7 @@ def test_index_reached_confirms_or_drops_builds(
     assert sorted(variants) == ["cu126", "cu132"]
     assert {v["confidence"] for v in variants.values()} == {"medium"}
     assert "torch 2.16: no cu130 build on the PyTorch index" in report.unconfirmed
+    assert rows["2.16"]["builds"] == "complete"  # every page read: an absence is evidenced
 
 
 def test_pypi_unreachable_is_one_line_and_writes_nothing(
