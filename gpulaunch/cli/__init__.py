@@ -81,6 +81,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "records",
         "Why a run failed: its output matched against known failures (cause and fix).",
     ),
+    "prune": (
+        "prune",
+        "Remove the project's older gpulaunch images; never one in use or a recent run's.",
+    ),
     "catalog": ("image", "The version catalog: refresh it from PyPI into a user overlay."),
     "export": (
         "cluster",

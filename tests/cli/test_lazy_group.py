@@ -20,13 +20,13 @@ from typer.testing import CliRunner
 
 from gpulaunch.cli import COMMANDS, app
 
-TOPICS = ("ci", "cluster", "image", "jobs", "profiles", "records")
+TOPICS = ("ci", "cluster", "image", "jobs", "profiles", "records", "prune")
 
 
 REGISTERED = """
 import json, typer.main
 from gpulaunch.cli import app
-from gpulaunch.cli import image, jobs, ci, cluster, profiles, records  # the order typer listed
+from gpulaunch.cli import image, jobs, ci, cluster, profiles, records, prune  # typer's order
 found = []
 for info in app.registered_commands:
     name = info.name or typer.main.get_command_name(info.callback.__name__)
@@ -69,7 +69,7 @@ import typer.main
 from typer import rich_utils
 import gpulaunch.cli as cli
 from gpulaunch.cli import app, root_help
-for topic in ("ci", "cluster", "image", "jobs", "profiles", "records"):
+for topic in ("ci", "cluster", "image", "jobs", "profiles", "records", "prune"):
     __import__(f"gpulaunch.cli.{topic}")
 group = typer.main.get_group(app)
 out = {}
