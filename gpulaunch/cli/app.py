@@ -309,7 +309,9 @@ def main() -> None:
 # adapter would; anything else (choices, floats, a value the simple rules do not
 # accept) goes to typer's own adapter, built then, so its error messages stay typer's.
 # tests/cli/test_fastparams.py compares both on every command's parameters. A no-op when
-# typer's internals differ from what it expects (then typer works as shipped).
+# typer's internals differ from what it expects (then typer works as shipped). Kept because
+# it pays: `gpulaunch history` took 120 ms with it and 199 ms without (median of 15 runs,
+# typer 0.29.2, 2026-12-05); pyproject.toml pins typer to the range it is tested on.
 
 
 _INT = re.compile(r"[+-]?[0-9]+")
