@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from gpulaunch.cli.app import (
     app,
     handle_errors,
 )
+from gpulaunch.cli.common import exit_with, print_warnings, run_line, status_line
 from gpulaunch.cli.image import _build_with_progress, _builder_choice
 from gpulaunch.errors import ConfigError
 
@@ -210,14 +210,14 @@ def run(
         _dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
         return
     job = plan_job(spec)  # before any build
-    _print_warnings(job.plan)
+    print_warnings(job.plan)
     if not (detach or no_container):
         from gpulaunch.engine.supervise import choose
 
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     # host jobs and jobs with a terminal own the terminal: no status line
-    status = _status_line(io, no_status or detach or no_container or job.plan.run.tty)
+    status = status_line(io, no_status or detach or no_container or job.plan.run.tty)
     observers = standard_observers(spec, _err, on_sample=status and status.show)
     try:
         code = _start(job, io, observers, no_container, detach)
@@ -226,29 +226,7 @@ def run(
             status.close()
     if code is None:
         return
-    _exit_with(code, job)
-
-
-def _exit_with(code: int, job: Any) -> None:
-    """The job's exit code; a failure's known cause and fix are the last line printed."""
-    if code:
-        _err(f"gpulaunch: job exited with {code}")
-    if code and job.explanation is not None:
-        _err(f"gpulaunch: {job.explanation.text()}")
-    raise typer.Exit(code)
-
-
-def _status_line(io: Any, off: bool) -> Any:
-    """The live GPU line (stderr is a terminal, no --no-status); job output keeps off it."""
-    from gpulaunch.cli.records import StatusLine
-
-    if not StatusLine.wanted(off):
-        return None
-    status = StatusLine(sys.stderr.buffer)
-    io.err = status.guard(io.err)
-    if sys.stdout.isatty():
-        io.out = status.guard(io.out)
-    return status
+    exit_with(code, job)
 
 
 def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) -> int | None:
@@ -277,7 +255,7 @@ def _dry_run(
 
     if spec.opts.no_container:
         job = plan_job(spec)
-        _print_warnings(job.plan)
+        print_warnings(job.plan)
         _print_dry_run(job.plan, None, None, as_json)
         return
     kind: Builder = _builder_choice(None)  # type: ignore[assignment]
@@ -287,13 +265,8 @@ def _dry_run(
     )
     job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
     job.plan.run.stdin, job.plan.run.tty = interactive
-    _print_warnings(job.plan)
+    print_warnings(job.plan)
     _print_dry_run(job.plan, prepared, cli, as_json, detach)
-
-
-def _print_warnings(plan: Any) -> None:
-    for warning in plan.launch.warnings:
-        _err(f"warning: {warning}")
 
 
 def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
@@ -318,20 +291,6 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
     typer.echo(dry_run_text(prepared, cli), nl=False)
     typer.echo("# run")
     typer.echo(run_line(plan, detach))
-
-
-def run_line(plan: Any, detach: bool = False) -> str:
-    """What a plan runs, as one shell line with secrets masked: `env ... CMD` on the host, the
-    `docker run` line for a container (what --dry-run prints and `rerun` shows first)."""
-    from gpulaunch.engine.runspec import docker_run_argv, shell_line
-    from gpulaunch.masking import mask, mask_env
-
-    if plan.host_mode:
-        env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
-        return mask(shell_line(["env", *env_args, *plan.run.command]))
-    shown = dataclasses.replace(plan.run, env=mask_env(plan.run.env))
-    run_argv = docker_run_argv(shown, detach=detach)
-    return mask(shell_line([mask(a) if a.count("=") else a for a in run_argv]))
 
 
 @app.command()
@@ -473,9 +432,9 @@ def shell(
     cfg, project = _load(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = plan_job(spec)
-    _print_warnings(job.plan)
+    print_warnings(job.plan)
     job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     engine: Any = _engine()
     build_image(job, engine, io)
-    _exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run
+    exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
-import threading
 from typing import Annotated, Any
 
 import typer
@@ -21,64 +19,6 @@ from gpulaunch.cli.app import (
     app,
     handle_errors,
 )
-
-
-class StatusLine:
-    """The live GPU line on a terminal's stderr, redrawn in place (`\\r`, erase line).
-
-    Job output written to the same terminal clears the line first and redraws it after, so
-    the two never share a line. Off a terminal (piped, a file, TERM=dumb) there is none.
-    """
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.text = ""
-        self.lock = threading.RLock()
-
-    @staticmethod
-    def wanted(no_status: bool) -> bool:
-        return not no_status and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
-
-    def show(self, samples: list[Any]) -> None:
-        from gpulaunch.records.metrics import status_text
-
-        with self.lock:
-            self.text = status_text(samples)
-            self._draw()
-
-    def _draw(self) -> None:
-        if self.text:
-            self.stream.write(f"\r\x1b[K{self.text}".encode())
-            self.stream.flush()
-
-    def clear(self) -> None:
-        with self.lock:
-            if self.text:
-                self.stream.write(b"\r\x1b[K")
-                self.stream.flush()
-
-    def guard(self, out: Any) -> Any:
-        """`out` (a binary stream on the same terminal) that keeps off the status line."""
-        line = self
-
-        class Guarded:
-            def write(self, data: bytes) -> int:
-                with line.lock:
-                    line.clear()
-                    written = int(out.write(data))
-                    out.flush()
-                    if data.endswith(b"\n"):
-                        line._draw()
-                    return written
-
-            def flush(self) -> None:
-                out.flush()
-
-        return Guarded()
-
-    def close(self) -> None:
-        self.clear()
-        self.text = ""
 
 
 class _LazyEngine:
@@ -180,8 +120,8 @@ def rerun(
     The image's own /workspace runs, not today's tree (--current-code mounts that).
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
+    from gpulaunch.cli.common import exit_with, print_warnings, run_line
     from gpulaunch.cli.image import _build_with_progress
-    from gpulaunch.cli.jobs import _exit_with, _print_warnings, run_line
     from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
@@ -215,7 +155,7 @@ def rerun(
         job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
     except ConfigError as err:
         raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
-    _print_warnings(job.plan)
+    print_warnings(job.plan)
     _note_changed_command(ident, record, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
     observers = standard_observers(spec, _err, rerun_of=ident)
@@ -247,7 +187,7 @@ def rerun(
             typer.echo(start_detached(job, engine, io, observers))
             return
         code = run_attached(job, engine, io, observers)
-    _exit_with(code, job)
+    exit_with(code, job)
 
 
 def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: list[str]) -> None:

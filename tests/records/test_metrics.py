@@ -117,7 +117,7 @@ def test_detached_and_cpu_runs_are_not_sampled(tmp_path: Path, fake_nvml: FakeNv
 def test_status_line_keeps_job_output_off_it() -> None:
     import io
 
-    from gpulaunch.cli.records import StatusLine
+    from gpulaunch.cli.common import StatusLine
 
     term = io.BytesIO()
     line = StatusLine(term)
@@ -134,7 +134,7 @@ def test_status_line_keeps_job_output_off_it() -> None:
 
 
 def test_no_status_line_off_a_terminal(monkeypatch: Any) -> None:
-    from gpulaunch.cli.records import StatusLine
+    from gpulaunch.cli.common import StatusLine
 
     assert not StatusLine.wanted(False)  # the test's stderr is not a terminal
     monkeypatch.setattr("sys.stderr.isatty", lambda: True)
