@@ -12,6 +12,7 @@ gets its JUnit file; bad input before the plan is raised as it is (nothing writt
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
@@ -45,6 +46,10 @@ class SmokeOptions:
     grace: int | None = None  # seconds between SIGTERM and SIGKILL (default: the plan's)
     gpus: str = "auto"  # --gpus as given: "auto" or what `run --gpus` takes
     require_gpu: bool = False
+    imports: bool = False  # --imports: import the entry's third-party modules, nothing else
+    # set by prepare() with --imports: (module, file:line, distribution to suggest)
+    checks: list[tuple[str, str, str]] = field(default_factory=list)
+    entry: str = ""  # the entry point whose imports are checked
 
 
 @dataclass
@@ -70,6 +75,7 @@ class SmokeResult:
     tail: list[str] = field(default_factory=list)
     output: str = ""
     explanation: dict[str, Any] | None = None  # records.explain: a failure's known cause
+    imports: dict[str, Any] | None = None  # --imports: {"checked": N, "failed": [modules]}
     error: GpulaunchError | None = field(default=None, repr=False)
 
     @property
@@ -78,7 +84,7 @@ class SmokeResult:
         return f"{self.project}: {self.command}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "result": self.outcome,
             "exit_code": self.exit_code,
             "job_exit_code": self.job_code,
@@ -98,6 +104,9 @@ class SmokeResult:
             "explanation": self.explanation,
             "tail": self.tail,
         }
+        if self.imports is not None:
+            out["imports"] = self.imports
+        return out
 
 
 class _Capture:
@@ -213,7 +222,92 @@ def prepare(spec: JobSpec, opts: SmokeOptions) -> Job:
         raise ConfigError("--require-gpu: contradicts --gpus 0")
     spec.opts.env = [*spec.opts.env, f"{SMOKE_ENV}=1", f"{STEPS_ENV}={opts.steps}"]
     spec.opts.gpus = "0" if opts.gpus == "auto" else opts.gpus
+    if opts.imports:
+        _import_check(spec, opts)
     return plan_job(spec)
+
+
+IMPORTS_MARK = "gpulaunch-imports:"
+# Run in the image as `python -c PROGRAM CHECKS_JSON`: imports each module, says which fail
+# and why, ends with one marked JSON line, exits 1 when any failed. No training starts.
+IMPORT_PROGRAM = """\
+import importlib, json, sys
+checks = json.loads(sys.argv[1])
+failed = []
+for module, where, dist in checks:
+    try:
+        importlib.import_module(module)
+    except BaseException as err:
+        failed.append(module)
+        said = "%s: %s" % (type(err).__name__, (str(err).splitlines() or [""])[0])
+        top = (getattr(err, "name", None) or "").split(".")[0]
+        if isinstance(err, ModuleNotFoundError) and top == module.split(".")[0]:
+            said += "; add %r to the requirements" % dist
+        print("%s: import %s failed in the image: %s" % (where, module, said), flush=True)
+    else:
+        print("ok: import %s" % module, flush=True)
+print("%s %s" % (MARK, json.dumps({"checked": len(checks), "failed": failed})), flush=True)
+sys.exit(1 if failed else 0)
+""".replace("MARK", repr(IMPORTS_MARK))
+_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+
+
+def _import_check(spec: JobSpec, opts: SmokeOptions) -> None:
+    """Replace the job's command by the import check of its entry point (the script, or the
+    FILE / -m MODULE of `-- python ...` or `-- torchrun ...`): the same image, mounts and
+    environment, no training."""
+    from gpulaunch.project.imports import load_table, walk
+    from gpulaunch.project.layout import import_paths
+
+    run = spec.opts
+    project = spec.project
+    files, modules = _entry_of(run.script, run.command, project, spec.cwd)
+    found = walk(project, files, modules, paths=import_paths(project, spec.cfg.image.requirements))
+    table = load_table()
+    opts.entry = ", ".join(found.entries)
+    opts.checks = [(i.module, i.where, table.candidates(i.module)[0]) for i in found.required()]
+    run.script, run.args = None, []
+    run.command = ["python", "-c", IMPORT_PROGRAM, json.dumps(opts.checks)]
+
+
+def _entry_of(
+    script: str | None, command: list[str], project: Path, cwd: Path
+) -> tuple[list[str], list[str]]:
+    """([project-relative file], [module]) of what the job runs; ConfigError when smoke
+    cannot tell (a shell, `python -c`, a launcher other than python and torchrun)."""
+    if script:
+        return [_in_project(cwd / script, project, script)], []
+    words = list(command)
+    if words and os.path.basename(words[0]) == "torchrun":
+        words = words[1:]
+        if "-m" in words or "--module" in words:
+            at = words.index("-m") if "-m" in words else words.index("--module")
+            if at + 1 < len(words):
+                return [], [words[at + 1]]
+        scripts = [w for w in words if w.endswith(".py")]
+        if scripts:
+            return [_in_project(project / scripts[0], project, scripts[0])], []
+    elif words and _PYTHON.fullmatch(os.path.basename(words[0])):
+        rest = [w for w in words[1:] if w not in ("-u", "-B", "-O", "-OO", "-s", "-E", "-I")]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return [], [rest[1]]
+        if rest and not rest[0].startswith("-"):
+            return [_in_project(project / rest[0], project, rest[0])], []
+    shown = shlex.join(command) if command else "(no command)"
+    raise ConfigError(
+        f"--imports: cannot tell the entry point of {shown!r}; give SCRIPT, -- python FILE "
+        "or -- python -m MODULE"
+    )
+
+
+def _in_project(path: Path, project: Path, given: str) -> str:
+    """`path` relative to the project (/workspace/x.py means the project's x.py)."""
+    if given.startswith("/workspace/"):
+        path = project / given.removeprefix("/workspace/")
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(project))
+    if rel.startswith(".."):
+        raise ConfigError(f"--imports: {given!r} is outside the project")
+    return rel
 
 
 def run_smoke(
@@ -231,7 +325,7 @@ def run_smoke(
     spec = job.spec
     result = SmokeResult(
         project=str(spec.cfg.name),
-        command=command_text(spec),
+        command=f"imports of {opts.entry}" if opts.imports else command_text(spec),
         steps=opts.steps,
         timeout=opts.timeout,
         log_path=log_path,
@@ -288,6 +382,8 @@ def run_smoke(
             if job.explanation is not None:  # JUnit's message, the step summary, --json
                 result.explanation = job.explanation.to_json()
                 result.message += f"; {job.explanation.text()}"
+        if opts.imports and not clock.timed_out:  # the check's own account of what failed
+            _import_result(result, opts, capture)
     except GpulaunchError as err:
         for stream in streams:
             stream.close_line()
@@ -306,6 +402,40 @@ def run_smoke(
     result.output = capture.text()
     log.write(f"# result: {result.outcome} (exit {result.exit_code}) in {result.duration:.1f} s\n")
     return result
+
+
+def _import_result(result: SmokeResult, opts: SmokeOptions, capture: _Capture) -> None:
+    """The check's own summary line: a failed module counts only when it was one asked
+    about (the line comes from the job's output, which the image's code can write to)."""
+    asked = [module for module, _, _ in opts.checks]
+    failed: list[str] | None = None
+    with capture.lock:
+        lines = list(capture.kept)
+    for line in reversed(lines):
+        if line.startswith(IMPORTS_MARK):
+            try:
+                data = json.loads(line.removeprefix(IMPORTS_MARK))
+            except ValueError:
+                break
+            named = data.get("failed") if isinstance(data, dict) else None
+            if isinstance(named, list):
+                failed = [m for m in asked if m in named]
+            break
+    if failed is None:
+        if result.outcome == "passed":  # exit 0 without the summary: not the check's run
+            result.outcome, result.exit_code = "failed", int(ExitCode.FAILURE)
+        result.message = "the import check did not finish" + (
+            f" ({result.message})" if result.message else ""
+        )
+        result.imports = {"checked": len(asked), "failed": None}
+        return
+    result.imports = {"checked": len(asked), "failed": failed}
+    if failed:
+        result.message = (
+            f"{len(failed)} of {len(asked)} imports failed in the image: {', '.join(failed)}"
+        )
+    elif result.outcome == "passed":
+        result.message = f"all {len(asked)} third-party imports of {opts.entry} work in the image"
 
 
 def _versions(build: Any) -> dict[str, str]:

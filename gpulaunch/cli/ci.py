@@ -75,6 +75,14 @@ def smoke(
     mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
     network: NetworkOpt = None,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    imports: Annotated[
+        bool,
+        typer.Option(
+            "--imports",
+            help="Only import the entry point's third-party modules in the image (no "
+            "training) and name each that fails.",
+        ),
+    ] = False,
     junit: Annotated[
         str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here.")
     ] = None,
@@ -132,7 +140,7 @@ def smoke(
         mounts=list(mount or []), network=network, profile=profile, nccl=nccl, numa=numa,
         precision=precision,
     )  # fmt: skip
-    smoke_opts = SmokeOptions(steps, timeout, grace, gpus, require_gpu)
+    smoke_opts = SmokeOptions(steps, timeout, grace, gpus, require_gpu, imports)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = prepare(spec, smoke_opts)  # bad flags fail here: nothing built or written yet
     if dry_run:  # as `run --dry-run`: no daemon, no log, no record, no report

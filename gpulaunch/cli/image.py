@@ -67,8 +67,27 @@ def init(
         bool,
         typer.Option(help="Ask the index what exactly pinned dependencies require of torch."),
     ] = False,
+    entry: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--entry",
+            metavar="FILE",
+            help="Entry point whose imports are checked (repeatable; default: the top-level "
+            "scripts with a __main__ block).",
+        ),
+    ] = None,
+    add_missing: Annotated[
+        bool,
+        typer.Option(
+            help="Write the imports no dependency provides to requirements-gpulaunch.txt, "
+            "which image.requirements then installs."
+        ),
+    ] = False,
 ) -> None:
-    """Write a validated gpulaunch.yaml (and a .dockerignore) for a project."""
+    """Write a validated gpulaunch.yaml (and a .dockerignore) for a project.
+
+    Names each import of the entry points (--entry) that no dependency provides, with its
+    file:line; --add-missing installs them from requirements-gpulaunch.txt."""
     from gpulaunch.image.init import InitOptions, run_init
 
     interactive = not yes
@@ -84,6 +103,8 @@ def init(
             name=name,
             force=force,
             check_pins=check_pins,
+            entries=entry,
+            add_missing=add_missing,
             ask=_ask if interactive else None,
             env=dict(os.environ),  # NVML: the driver and GPUs choose the default build
         )
@@ -91,6 +112,8 @@ def init(
     for note in result.notes:
         _err(note)
     warn_if_stale()
+    if result.requirements_path is not None:
+        typer.echo(f"wrote {result.requirements_path}")
     typer.echo(f"wrote {result.config_path}")
     if result.dockerignore_written:
         typer.echo(f"wrote {result.dockerignore_path}")
@@ -113,25 +136,25 @@ def render(
     sets: SetOpt = None,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
+    from gpulaunch.ci.report import resolve_output
     from gpulaunch.engine.replies import remember_probes
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
     kind = _builder_choice(builder)
     cfg, project = _load(config, sets)
+    # judged by where it resolves: inside the project the writer walks from it, no link followed
+    target = None if is_stdout(output) else resolve_output(Path(output), project, "--output")
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan)
     for warning in plan.resolved.warnings:
         _err(f"warning: {warning}")
     warn_if_stale()
     remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
-    if is_stdout(output):
+    if target is None:
         typer.echo(text, nl=False)
     else:
-        target = Path(output).absolute()
-        # inside the project every folder on the way is checked too (a planted link)
-        inside = target.is_relative_to(project) and target != project
-        write_file(target, text, force=force, root=project if inside else None)
+        write_file(target.path, text, force=force, root=target.root)
         _err(f"wrote {output}")
 
 

@@ -3,6 +3,8 @@ catalog, ask (on a TTY), validate, write atomically."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +23,20 @@ from gpulaunch.image.render import image_request, render_dockerignore, summarize
 from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import read_project
+from gpulaunch.project.imports import (
+    Missing,
+    default_entries,
+    missing,
+    requirement_lines,
+    walk,
+)
 from gpulaunch.project.layout import keep_code
 from gpulaunch.project.model import TORCH_FAMILY, Project
 from gpulaunch.project.reconcile import Choice, reconcile
 from gpulaunch.project.syspkgs import COMPILERS, needs
 from gpulaunch.yamlio import atomic_write
 
+OWNED_REQUIREMENTS = "requirements-gpulaunch.txt"
 HEADER = (
     "# gpulaunch.yaml: build and launch settings for this project.\n"
     "# Schema: `gpulaunch schema`; valid versions: `gpulaunch versions`.\n"
@@ -49,6 +59,11 @@ class InitOptions:
     # Read what each exactly pinned dependency requires of torch from the package index
     # (PyPI's JSON API, $GPULAUNCH_PYPI_URL), so a torch they exclude is never chosen.
     check_pins: bool = False
+    # The entry points whose imports are checked (project-relative .py files); None: the
+    # top-level scripts with a `__main__` block.
+    entries: list[str] | None = None
+    # Write what no dependency provides to OWNED_REQUIREMENTS and install that file.
+    add_missing: bool = False
 
 
 @dataclass
@@ -58,6 +73,7 @@ class InitResult:
     dockerignore_written: bool
     summary: str
     notes: list[str] = field(default_factory=list)
+    requirements_path: Path | None = None  # OWNED_REQUIREMENTS, when --add-missing wrote it
 
 
 def _default_python(torch: str, cuda: str | None) -> str:
@@ -129,6 +145,32 @@ def run_init(opts: InitOptions) -> InitResult:
         project = read_project(directory, gpu=False)
     notes[:0] = _report(project)
     _toolchain(opts, project, notes)
+    image_dists = [] if opts.torch == "none" else ["torch", *choice.extras]
+    gaps = _missing_imports(opts, project, image_dists, notes)
+    owned: _Owned | None = None
+    if opts.add_missing:
+        owned = _Owned.write(directory, project, gaps, opts.force, notes)
+        if owned is not None:  # the config installs it: the project's entry, then the rest
+            project = read_project(directory, OWNED_REQUIREMENTS, gpu=project.gpu)
+    try:
+        return _finish(opts, directory, config_path, project, choice, host, flagged, notes, owned)
+    except BaseException:
+        if owned is not None:
+            owned.undo()  # a refusal changes no file
+        raise
+
+
+def _finish(
+    opts: InitOptions,
+    directory: Path,
+    config_path: Path,
+    project: Project,
+    choice: Choice,
+    host: HostGpus | None,
+    flagged: bool,
+    notes: list[str],
+    owned: _Owned | None,
+) -> InitResult:
     if opts.ask is not None:
         chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
@@ -199,7 +241,90 @@ def run_init(opts: InitOptions) -> InitResult:
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)
-    return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes)
+    written = owned.path if owned is not None else None
+    return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes, written)
+
+
+def _missing_imports(
+    opts: InitOptions, project: Project, image_dists: list[str], notes: list[str]
+) -> list[Missing]:
+    """One line per import of the entry points that no dependency provides."""
+    directory = opts.directory
+    entries = opts.entries if opts.entries is not None else default_entries(directory)
+    if not entries:
+        notes.append(
+            "imports: no entry point found (a top-level script with `if __name__ == "
+            '"__main__":`); pass --entry FILE to check what one imports'
+        )
+        return []
+    found = walk(directory, entries, paths=[folder for folder, _ in project.import_paths])
+    gaps = missing(found, project, image_dists)
+    notes += found.notes
+    notes += [gap.line() for gap in gaps]
+    if not gaps:
+        notes.append(f"imports: every third-party import of {', '.join(found.entries)} is provided")
+    return gaps
+
+
+@dataclass
+class _Owned:
+    """OWNED_REQUIREMENTS as --add-missing wrote it, and what stood there before (undo)."""
+
+    path: Path
+    root: Path
+    before: bytes | None
+
+    @classmethod
+    def write(
+        cls, root: Path, project: Project, gaps: list[Missing], force: bool, notes: list[str]
+    ) -> _Owned | None:
+        lines = requirement_lines(gaps)
+        if not lines:
+            notes.append(f"--add-missing: nothing to add; {OWNED_REQUIREMENTS} not written")
+            return None
+        if project.entry is None:
+            head = []
+        elif project.entry_kind == "requirements":
+            head = [f"-r {project.entry}"]
+        elif project.install_project:
+            head = ["-e ."]  # the project installs itself, with its own dependencies
+        else:
+            names = ", ".join(line.split()[0] for line in lines)
+            raise ConfigError(
+                f"--add-missing: {project.entry} is not a pip requirements file or an "
+                f"installable project; add {names} to it"
+            )
+        from gpulaunch.fsio import read_back, write_file
+
+        path = root / OWNED_REQUIREMENTS
+        try:
+            before: bytes | None = read_back(path, MAX_OWNED_BYTES)
+        except FileNotFoundError:
+            before = None
+        except ValueError as err:
+            raise ConfigError(f"--add-missing: {OWNED_REQUIREMENTS} {err}") from None
+        text = "\n".join([*OWNED_HEADER, *head, *lines]) + "\n"
+        write_file(path, text, root=root, force=force)
+        names = ", ".join(line.split()[0] for line in lines)
+        notes.append(f"--add-missing: {OWNED_REQUIREMENTS} installs {names} (image.requirements)")
+        return cls(path, root, before)
+
+    def undo(self) -> None:
+        from gpulaunch.fsio import write_file
+
+        if self.before is not None:
+            write_file(self.path, self.before, root=self.root, force=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+
+MAX_OWNED_BYTES = 1024 * 1024
+OWNED_HEADER = (
+    "# Written by `gpulaunch init --add-missing`; image.requirements installs it: the",
+    "# project's own dependencies, then what its entry points import that no dependency",
+    "# file declares (where each is first imported). Rerun init to rewrite it.",
+)
 
 
 PIN_CHECK_TIMEOUT_S = 10.0
