@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.engine.runspec import RunPlan
+from gpulaunch.engine.supervise import job_exit_code
 from gpulaunch.errors import ExitCode, RunError
 
 _SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
@@ -101,7 +102,10 @@ def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None, err_fd: int | None =
         if received:
             # graceful shutdown may still be running in the group: wait for it
             return int(_SIGNAL_EXIT[signal.Signals(received[0])])
-        return code if code >= 0 else 128 - code
+        if pump is not None:
+            pump.join(timeout=5)  # torchrun's summary is the last thing the job writes
+        code = code if code >= 0 else 128 - code
+        return job_exit_code(plan.command, code, tail.text() if tail is not None else "")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -22,18 +22,26 @@ reach the job as typed; should the attach still end while the job runs, the job 
 as by Ctrl-C, with one line saying why, instead of waiting blind on a raw terminal. A
 terminal with stdin that is not one (`--tty` with piped input) is refused, as `docker run
 -it` refuses it: the job would never read end-of-file.
+
+torchrun: when one of its ranks fails, torchrun exits 1 whatever the rank's code was, after
+a summary of its own (ChildFailedError, the "Root Cause (first observed failure)" block).
+The job's exit code is the failed rank's (a signal as 128+N, the shell's convention), read
+from that block at the end of the output (`rank_failure`): the code a job could choose
+anyway, so the job's own text decides nothing it could not decide by exiting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from gpulaunch.engine.docker_api import Engine, attach_output
@@ -90,6 +98,82 @@ class OutputTail:
             self.oom_killed = bool(state.get("OOMKilled"))
             if isinstance(state.get("ExitCode"), int):
                 self.exit_code = state["ExitCode"]
+
+
+# -- torchrun's error summary -------------------------------------------------------------
+_ROOT_CAUSE = "Root Cause (first observed failure)"
+_SUMMARY_RANK = re.compile(
+    r"\s{0,16}rank\s{0,8}:\s{0,8}(\d{1,9})\s{0,8}\(local_rank:\s{0,8}(\d{1,9})\)"
+)
+_SUMMARY_EXIT = re.compile(r"\s{0,16}exitcode\s{0,8}:\s{0,8}(-?\d{1,9})\b")
+_SUMMARY_END = re.compile(r"[=*]{20,}\s{0,8}")
+_SUMMARY_LINES = 16  # the root cause block's fields come within this many lines
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """The first rank that failed, as torchrun's summary names it."""
+
+    rank: int
+    local_rank: int
+    exitcode: int  # torchrun's: -N for a signal N
+    start: int  # the summary's "Root Cause" line (index in the lines read)
+    end: int  # its closing line (a row of = or *), or len(lines) when cut off
+
+    @property
+    def code(self) -> int:
+        """The exit code a shell would show for the rank: 128+N for signal N."""
+        return 128 - self.exitcode if self.exitcode < 0 else self.exitcode
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exitcode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exitcode).name
+        except ValueError:
+            return None
+
+    def ended(self) -> str:
+        """`exited with 3` or `was killed by SIGKILL (exit 137)`."""
+        name = self.signal_name
+        if name is None:
+            return f"exited with {self.code}"
+        return f"was killed by {name} (exit {self.code})"
+
+
+def rank_failure(lines: Sequence[str]) -> RankFailure | None:
+    """The root cause of torchrun's last error summary in `lines`, or None without one.
+
+    Reads the block torchrun prints after its ranks are gone (`rank : 1 (local_rank: 1)`,
+    `exitcode : -9 (pid: ...)`), the same in torch 1.10 to 2.x."""
+    start = next((i for i in range(len(lines) - 1, -1, -1) if _ROOT_CAUSE in lines[i]), None)
+    if start is None:
+        return None
+    after = range(start + 1, len(lines))
+    end = next((i for i in after if _SUMMARY_END.fullmatch(lines[i])), len(lines))
+    rank = exitcode = None
+    for line in lines[start + 1 : min(end, start + 1 + _SUMMARY_LINES)]:
+        if rank is None and (found := _SUMMARY_RANK.match(line)):
+            rank = (int(found[1]), int(found[2]))
+        elif exitcode is None and (found := _SUMMARY_EXIT.match(line)):
+            exitcode = int(found[1])
+    if rank is None or exitcode is None or exitcode == 0 or not -64 <= exitcode <= 255:
+        return None
+    return RankFailure(rank[0], rank[1], exitcode, start, end)
+
+
+def is_torchrun(command: Sequence[str]) -> bool:
+    """Does torchrun start this job (as `torchrun` or `python -m torch.distributed.run`)?"""
+    return command[:1] == ["torchrun"] or list(command[1:3]) == ["-m", "torch.distributed.run"]
+
+
+def job_exit_code(command: Sequence[str], code: int, output: str) -> int:
+    """The job's own exit code: under torchrun, the failed rank's instead of torchrun's 1."""
+    if code != 1 or not is_torchrun(command):
+        return code
+    failure = rank_failure(output.splitlines())
+    return code if failure is None else failure.code
 
 
 class StopRequest(threading.Event):
@@ -205,8 +289,11 @@ def supervise(
     them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
     `stop`, when set by the caller (a smoke run's timeout), stops the job as a first signal
     would (SIGTERM, SIGKILL after the stop timeout) and the job's own exit code is returned.
-    `tail`, when given, keeps the end of the output and the container's end state.
+    `tail`, when given, keeps the end of the output and the container's end state. Under
+    torchrun, a failed rank's own exit code is returned (`job_exit_code`), not torchrun's 1.
     """
+    state = tail  # the caller's: it also wants the container's end state
+    tail = tail if tail is not None else OutputTail()  # torchrun's summary names the code
     stopper = _Stopper()
     previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
     container = None
@@ -253,13 +340,15 @@ def supervise(
             _watch(container, plan, stopper, stop, finished, lost, warn)
         for done in streamed:
             done.wait(5)
-        if tail is not None:
-            tail.read_state(container)
+        if state is not None:
+            state.read_state(container)
         if stopper.signum is not None:
             return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
         if "error" in exit_box:
             raise RunError(f"lost the container while waiting: {exit_box['error']}")
-        return int(exit_box["result"].get("StatusCode", 1))
+        return job_exit_code(
+            plan.command, int(exit_box["result"].get("StatusCode", 1)), tail.text()
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -73,6 +73,22 @@ def parse_env_flags(values: list[str]) -> dict[str, str]:
     return env
 
 
+# What torchrun gives each worker of a one-process group, given directly instead: torchrun
+# around one process adds ~35 lines of its own to any failure, turns the exit code into 1 and
+# hides the process's last lines from the explainer. MASTER_PORT=0: rank 0's store binds a
+# port the kernel picks where the job runs (torchrun --standalone does the same), so no port
+# chosen here can be taken there, on any network.
+ONE_RANK_ENV = (
+    ("RANK", "0"),
+    ("LOCAL_RANK", "0"),
+    ("WORLD_SIZE", "1"),
+    ("LOCAL_WORLD_SIZE", "1"),
+    ("GROUP_RANK", "0"),
+    ("MASTER_ADDR", "127.0.0.1"),
+    ("MASTER_PORT", "0"),
+)
+
+
 def script_command(
     script: str,
     args: list[str],
@@ -82,12 +98,15 @@ def script_command(
     wrapper: str | None,
     rdzv: list[str] | None = None,
 ) -> list[str]:
-    """python SCRIPT (one process), torchrun --standalone --nproc-per-node N SCRIPT, or with
-    `rdzv` (multi-node torchrun options) torchrun RDZV --nproc-per-node N SCRIPT.
+    """python SCRIPT (one process), torchrun --standalone --nproc-per-node N SCRIPT (N > 1;
+    N = 0: `gpu`, one per GPU the container sees), or with `rdzv` (multi-node torchrun
+    options) torchrun RDZV --nproc-per-node N SCRIPT.
 
-    One process of a script that calls init_process_group itself still goes through torchrun:
-    under plain python its env:// rendezvous finds no RANK/WORLD_SIZE/MASTER_ADDR and the job
-    fails at once (seen with examples/ddp at --gpus 1 on a real H200 host)."""
+    One process is one process: never torchrun. A script that calls init_process_group
+    itself gets torchrun's worker variables instead (`env RANK=0 ... python SCRIPT`; under
+    bare python its env:// rendezvous finds no RANK/WORLD_SIZE/MASTER_ADDR and fails at
+    once, seen with examples/ddp at --gpus 1 on a real H200 host), so its output, last lines
+    and exit code are its own, as without gpulaunch."""
     path = (cwd / script).resolve()
     if not path.is_file():
         raise ConfigError(f"script: {script!r} not found")
@@ -99,10 +118,13 @@ def script_command(
     if rdzv:
         head = ["torchrun", *rdzv, "--nproc-per-node", str(nproc)]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
-    if nproc > 1 or (nproc == 1 and _starts_its_own_group(path)):
-        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)]
+    if nproc != 1:  # 0: one per GPU, their count known only where the job runs
+        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc) if nproc else "gpu"]
         return [*head, *([wrapper, target] if wrapper else [target]), *args]
-    return ["python", *([wrapper] if wrapper else []), target, *args]
+    plain = ["python", *([wrapper] if wrapper else []), target, *args]
+    if _starts_its_own_group(path):
+        return ["env", *(f"{name}={value}" for name, value in ONE_RANK_ENV), *plain]
+    return plain
 
 
 def _starts_its_own_group(script: Path) -> bool:
@@ -254,8 +276,11 @@ def host_paths(command: list[str], project: Path, python: str) -> list[str]:
         if part == WORKSPACE or part.startswith(WORKSPACE + "/"):
             part = str(project) + part[len(WORKSPACE) :]
         out.append(part)
-    if out and out[0] == "python":
-        out[0] = python
-    elif out and out[0] == "torchrun":
+    at = 1 if out[:1] == ["env"] else 0  # env NAME=VALUE ... python (one rank of a group)
+    while at and at < len(out) and "=" in out[at]:
+        at += 1
+    if out[at : at + 1] == ["python"]:
+        out[at] = python
+    elif out[:1] == ["torchrun"]:
         out[:1] = [python, "-m", "torch.distributed.run"]
     return out

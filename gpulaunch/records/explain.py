@@ -13,19 +13,31 @@ allow at most `MAX_WAYS` ways of matching from one position: no unbounded repeat
 that can itself match in several ways ((a|ab)*, (a+)*), no two unbounded repeats in one
 pattern, no lookaround or back-reference. So no line costs more than a fixed amount, and
 64 KiB of output costs time linear in its size, whatever a job prints.
+
+Under torchrun the output ends with torchrun's own summary of a failure (its traceback
+ending in ChildFailedError, then a block per failed rank). The explainer reads through it:
+the summary names the first rank that failed (`engine.supervise.rank_failure`), and only
+that rank's lines (`[rankN]:`), lines no rank prefix claims, and its block's traceback are
+matched; the other ranks' lines are what followed from its failure (a peer that closed the
+connection), torchrun's block is no error of the job's. When no known signature matches, the
+explanation still names the rank, how it ended and its own last error line (`rank-failed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.masking import mask
+
+if TYPE_CHECKING:
+    from gpulaunch.engine.supervise import RankFailure
 
 DATA_FILE = "gpulaunch/data/failures.yaml"
 LINE_CAP = 200  # characters of the matched line kept
@@ -36,9 +48,27 @@ MAX_WAYS = 16 * (MAX_LINE + 1)  # one unbounded repeat and a few short optional 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _VALUES = {
     "module": re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"),
-    "path": re.compile(r"/[^\x00-\x1f\x7f'\"]{0,200}"),
+    # absolute or relative to the job's working folder (/workspace): `Permission denied: 'out/x.pt'`
+    "path": re.compile(r"[^\x00-\x1f\x7f'\"]{1,200}"),
 }
 NOT_EXPLAINED = (0, 130, 143)  # success, Ctrl-C, SIGTERM: nothing to explain
+# a worker's line as torchrun passes it on: `[rank1]: ...` (torch 2.2+), `[default1]:...`
+# (--tee, by local rank)
+_RANK_PREFIX = re.compile(r"\[(rank|default)(\d{1,9})\]:")
+# an error as a program prints it last: `KeyError: 'label'`, `x.py: error: ...` (argparse)
+_ERROR_LINE = re.compile(
+    r"(?:\[\w{1,16}\]:\s{0,4})?(?:[A-Za-z_][\w.]{0,200}(?:Error|Exception|Exit|Interrupt)"
+    r"(?::|$)|[\w./-]{1,200}: error: |error: |fatal: )"
+)
+# torchrun's own log lines: glog style (W1205 10:38:40.714000 14072 torch/distributed/...,
+# torch 2.2+) or logging's (WARNING:torch.distributed.elastic...:Sending process ..., older)
+_TORCHRUN_LOG = re.compile(
+    r"[DIWEF]\d{4} [\d:.]{8,20} {1,4}\d{1,9} [\w./-]{0,200}torch/distributed/"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):torch\.distributed\."
+)
+_TRACEBACK_FIELD = re.compile(r"\s{0,16}traceback\s{0,8}: ?")
+_NO_TRACEBACK = ("To enable traceback see", "received by PID")
+_ROOT_CAUSE = "Root Cause (first observed failure)"
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,7 @@ class Signature:
     detail: str | None = None
     fix_own_package: str | None = None
     sources: tuple[str, ...] = ()
+    rank_failed: bool = False  # matches any failure torchrun's summary names (a last resort)
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,7 @@ def _signature(entry: Any, index: int) -> Signature:
         raise CatalogError(f"{where}: expected a mapping with an id")
     where = f"{DATA_FILE}: {entry['id']}"
     known = {"id", "match", "oom_killed", "exit_codes", "cause", "fix", "doc", "detail"}
+    known |= {"rank_failed"}
     unknown = set(entry) - known - {"source", "fix_own_package"}
     if unknown:
         raise CatalogError(f"{where}: unknown key {sorted(unknown)[0]}")
@@ -142,8 +174,10 @@ def _signature(entry: Any, index: int) -> Signature:
         patterns = tuple(check_pattern(p) for p in entry.get("match") or [])
     except (re.error, ValueError) as err:
         raise CatalogError(f"{where}: bad pattern: {err}") from None
-    if not patterns and not entry.get("oom_killed") and not entry.get("exit_codes"):
-        raise CatalogError(f"{where}: needs match, oom_killed or exit_codes")
+    if not (
+        patterns or entry.get("oom_killed") or entry.get("exit_codes") or entry.get("rank_failed")
+    ):
+        raise CatalogError(f"{where}: needs match, oom_killed, exit_codes or rank_failed")
     if entry.get("detail") not in (None, "module", *_DETAILS):
         raise CatalogError(f"{where}: unknown detail {entry['detail']!r}")
     source = entry.get("source") or []
@@ -155,6 +189,7 @@ def _signature(entry: Any, index: int) -> Signature:
         doc=entry.get("doc"),
         oom_killed=bool(entry.get("oom_killed")),
         exit_codes=tuple(int(c) for c in entry.get("exit_codes") or []),
+        rank_failed=bool(entry.get("rank_failed")),
         detail=entry.get("detail"),
         fix_own_package=entry.get("fix_own_package"),
         sources=tuple([source] if isinstance(source, str) else source),
@@ -226,17 +261,97 @@ def _lines(text: str) -> list[str]:
 
 
 def explain(evidence: Evidence) -> Explanation | None:
-    """The first signature that matches (data file order), filled in; None when none does."""
+    """The first signature that matches (data file order), filled in; None when none does.
+
+    Under torchrun, only the failed rank's own lines are read, and its exit code stands for
+    torchrun's 1 (a log file's evidence has no code of its own)."""
     lines = _lines(evidence.text)
+    failure: RankFailure | None = None
+    if _ROOT_CAUSE in evidence.text:  # torchrun's summary (the supervisor reads it too)
+        from gpulaunch.engine.supervise import rank_failure
+
+        failure = rank_failure(lines)
+    code = evidence.exit_code
+    if failure is not None:
+        lines = _own_lines(lines, failure)
+        code = failure.code if code in (None, 1) else code
     for sig in signatures():
         match = _last_match(sig, lines)
-        if match is not None:
-            return _fill(sig, evidence, match)
-        if (sig.oom_killed and evidence.oom_killed) or (
-            evidence.exit_code is not None and evidence.exit_code in sig.exit_codes
+        if match is None and sig.rank_failed and failure is not None:
+            return _fill_rank(sig, failure, lines)
+        if match is None and not (
+            (sig.oom_killed and evidence.oom_killed)
+            or (code is not None and code in sig.exit_codes)
         ):
-            return _fill(sig, evidence, None)
+            continue
+        found = _fill(sig, evidence, match)
+        if failure is not None:  # the rank, named once: in the one line printed last
+            found = dataclasses.replace(found, cause=f"rank {failure.rank}: {found.cause}")
+        return found
     return None
+
+
+def _own_lines(lines: list[str], failure: RankFailure) -> list[str]:
+    """The failed rank's lines and those no rank claims, without torchrun's summary; the
+    rank's traceback in the summary (a worker that records its error file) is kept."""
+    start = _summary_start(lines, failure.start)
+    own = [line for line in lines[:start] if _is_own(line, failure)]
+    traceback: list[str] = []
+    for line in lines[failure.start + 1 : failure.end]:
+        field = _TRACEBACK_FIELD.match(line)
+        if field or traceback:
+            text = line[field.end() :] if field else line
+            if not any(words in text for words in _NO_TRACEBACK):
+                traceback.append(text)
+    return [*own, *traceback, *lines[failure.end + 1 :]]
+
+
+def _summary_start(lines: list[str], root: int) -> int:
+    """Where torchrun's summary begins: its own traceback that ends in ChildFailedError (or
+    the Failures block, when the traceback was cut off)."""
+    at = next(
+        (i for i in range(root, max(-1, root - 400), -1) if "ChildFailedError" in lines[i]), None
+    )
+    if at is None:
+        return root
+    while at > 0 and not _RANK_PREFIX.match(lines[at - 1]):
+        above = lines[at - 1]
+        if not (above.startswith(" ") or above.startswith("Traceback (most recent call last)")):
+            break
+        at -= 1
+        if above.startswith("Traceback"):
+            break
+    return at
+
+
+def _is_own(line: str, failure: RankFailure) -> bool:
+    prefix = _RANK_PREFIX.match(line)
+    if prefix is not None:
+        number = int(prefix[2])
+        return number == (failure.rank if prefix[1] == "rank" else failure.local_rank)
+    return not _TORCHRUN_LOG.match(line)
+
+
+def _fill_rank(sig: Signature, failure: RankFailure, lines: list[str]) -> Explanation:
+    """`rank-failed`: the rank, how it ended, and its own last error line (an exception, an
+    `error:` line), else its last line, said to be no more than that (masked, cut)."""
+    error = next((line for line in reversed(lines) if _ERROR_LINE.match(line)), None)
+    said = ": {}"
+    if error is None:
+        error = next((line for line in reversed(lines) if line.strip()), None)
+        said = "; its last line: {}"
+    if error is not None:  # the rank is named in the cause already
+        error = error[prefix.end() :] if (prefix := _RANK_PREFIX.match(error)) else error
+    line = mask(error.strip())[:LINE_CAP] if error else None
+    values = {
+        "rank": str(failure.rank),
+        "local_rank": str(failure.local_rank),
+        "ended": failure.ended(),
+        "error": said.format(line) if line else "",
+    }
+    return Explanation(
+        sig.id, sig.cause.format(**values), sig.fix.format(**values), sig.doc, line or None
+    )
 
 
 def explain_failure(evidence: Evidence) -> Explanation | None:

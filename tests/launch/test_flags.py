@@ -16,7 +16,7 @@ from gpulaunch.engine.runspec import (
     shell_line,
 )
 from gpulaunch.errors import ConfigError
-from gpulaunch.launch.flags import parse_env_flags, parse_mount, script_command
+from gpulaunch.launch.flags import host_paths, parse_env_flags, parse_mount, script_command
 
 
 def _plan(**overrides: object) -> RunPlan:
@@ -147,9 +147,29 @@ def test_script_command(tmp_path: Path) -> None:
     (tmp_path / "ddp.py").write_text(
         "import torch.distributed as dist\ndist.init_process_group()\n"
     )
-    alone = script_command("ddp.py", [], tmp_path, tmp_path, 1, None)
-    # one rank of a script that makes its own process group: torchrun sets RANK etc.
-    assert alone == ["torchrun", "--standalone", "--nproc-per-node", "1", "/workspace/ddp.py"]
+    alone = script_command("ddp.py", ["--lr", "x"], tmp_path, tmp_path, 1, None)
+    # one rank of a script that makes its own process group: one process, never torchrun
+    # (its exit code and last lines stay its own); torchrun's variables are given instead
+    assert alone == [
+        "env",
+        "RANK=0",
+        "LOCAL_RANK=0",
+        "WORLD_SIZE=1",
+        "LOCAL_WORLD_SIZE=1",
+        "GROUP_RANK=0",
+        "MASTER_ADDR=127.0.0.1",
+        "MASTER_PORT=0",  # the kernel picks a free port where the job runs
+        "python",
+        "/workspace/ddp.py",
+        "--lr",
+        "x",
+    ]
+    # 0: one process per GPU where their number is known only in the container
+    per_gpu = script_command("ddp.py", [], tmp_path, tmp_path, 0, None)
+    assert per_gpu == ["torchrun", "--standalone", "--nproc-per-node", "gpu", "/workspace/ddp.py"]
+    bound = script_command("ddp.py", [], tmp_path, tmp_path, 1, "/opt/gpulaunch/bin/numa_bind.py")
+    assert "torchrun" not in bound
+    assert bound[-3:] == ["python", "/opt/gpulaunch/bin/numa_bind.py", "/workspace/ddp.py"]
     four = script_command(
         "t.py", [], tmp_path, tmp_path / "sub", 4, "/opt/gpulaunch/bin/numa_bind.py"
     )
@@ -193,3 +213,17 @@ def test_no_gpu_request_means_no_device_request(gpus: int | str) -> None:
     plan = _plan(gpus=gpus)
     assert "device_requests" not in sdk_kwargs(plan)
     assert "--gpus" not in docker_run_argv(plan)
+
+
+def test_one_rank_of_a_group_on_the_host_runs_the_host_python(tmp_path: Path) -> None:
+    """--no-container: `env NAME=VALUE ... python` keeps its variables and gets the project's
+    interpreter, as plain `python` does."""
+    (tmp_path / "ddp.py").write_text(
+        "import torch.distributed as dist\ndist.init_process_group()\n"
+    )
+    command = script_command("ddp.py", ["a=b"], tmp_path, tmp_path, 1, None)
+    host = host_paths(command, tmp_path, "/venv/bin/python")
+    assert host[:8] == command[:8] and host[8:] == ["/venv/bin/python", f"{tmp_path}/ddp.py", "a=b"]
+    two = host_paths(script_command("ddp.py", [], tmp_path, tmp_path, 2, None), tmp_path, "/p")
+    assert two[:3] == ["/p", "-m", "torch.distributed.run"]
+    assert host_paths(["python", "/workspace/t.py"], tmp_path, "/p") == ["/p", f"{tmp_path}/t.py"]
