@@ -1,7 +1,8 @@
 """A fake Docker engine on a unix socket: the HTTP API calls gpulaunch's stdlib client makes,
 answered from a script, every request logged. Attach is upgraded to the raw connection and
 sends the multiplexed frames (or raw bytes with a terminal) the script gives, as the engine
-does: only once the container is started, and closed when it exits."""
+does: only once the container is started, and closed when it exits. A script can also write
+any answer by hand, bytes as they go on the wire (`raw`), to stand for a broken engine."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import re
 import socketserver
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 CID = "c0ffee" * 10 + "abcd"  # 64 hex characters, as the engine's ids
@@ -35,8 +37,11 @@ class Script:
     logs: bytes = b""  # the stored log, already framed
     stdin: bytearray = field(default_factory=bytearray)
     chunked: int = 0  # answer bodies in chunks of this many bytes (Go's way without a length)
-    logs_answer: bytes | None = None  # the whole raw answer to /logs (head and body), then close
+    # paths ending so: the whole answer written by hand (head and body), then the close
+    raw: dict[str, Callable[[BinaryIO], object]] = field(default_factory=dict)
     name: str = "gl-fake"  # the container's name (`run` gives gl-PROJECT-RUNID)
+    attach_status: int = 101  # 200: an old engine's attach, the raw stream without an upgrade
+    attach_first: bytes = b""  # sent in the same write as attach's head (logs=1 replays so)
 
 
 class FakeEngine:
@@ -112,6 +117,12 @@ class FakeEngine:
         if any(path.endswith(suffix) for suffix in self.script.hang):
             self.exited.wait(30)
             return None
+        for suffix, write in self.script.raw.items():
+            if path.endswith(suffix):
+                write(h.wfile)  # type: ignore[arg-type]
+                h.wfile.flush()
+                h.close_connection = True
+                return None
         for suffix, (status, message) in self.script.errors.items():
             if path.endswith(suffix):
                 return self.reply(h, status, {"message": message})
@@ -163,11 +174,6 @@ class FakeEngine:
             self.exited.set()
             return self.reply(h, 204, None)
         if action == "logs":
-            if self.script.logs_answer is not None:  # a broken engine's answer, as scripted
-                h.wfile.write(self.script.logs_answer)
-                h.wfile.flush()
-                h.close_connection = True
-                return None
             return self.reply(h, 200, self.script.logs, "application/vnd.docker.raw-stream")
         if action == "resize":
             return self.reply(h, 200, None)
@@ -201,11 +207,13 @@ class FakeEngine:
         h.wfile.flush()
 
     def attach(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
-        h.send_response(101, "UPGRADED")
-        h.send_header("Content-Type", "application/vnd.docker.multiplexed-stream")
-        h.send_header("Connection", "Upgrade")
-        h.send_header("Upgrade", "tcp")
-        h.end_headers()
+        if self.script.attach_status == 101:
+            head = b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+        else:
+            head = b"HTTP/1.1 %d OK\r\n" % self.script.attach_status
+        kind = "raw-stream" if self.script.tty else "multiplexed-stream"
+        head += b"Content-Type: application/vnd.docker.%s\r\n\r\n" % kind.encode()
+        h.wfile.write(head + self.script.attach_first)  # one write: they arrive together
         h.wfile.flush()
         if query.get("stdin") == "1":
             threading.Thread(target=self._read_stdin, args=(h,), daemon=True).start()

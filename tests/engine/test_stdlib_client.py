@@ -6,9 +6,12 @@ engines, and ps/logs/stop lookups. The real engine runs the same paths in tests/
 from __future__ import annotations
 
 import io
+import itertools
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -290,12 +293,158 @@ def test_a_log_stream_that_breaks_is_the_engines_failure(fake: FakeEngine, answe
     fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
     engine = _engine(fake)
     engine.create_container(create_body(_plan()))
-    fake.script.logs_answer = answer
+    fake.script.raw["/logs"] = lambda out: out.write(answer)
     with pytest.raises(EngineError) as caught:
         b"".join(engine.get_managed(JOB).logs(stream=True, follow=True))
     assert caught.value.message == (
         f"the Docker engine at {fake.host} stopped answering: the connection failed"
     )
+
+
+def _endless_head(out: BinaryIO) -> None:
+    """A head that never ends: header lines as fast as the client takes them, until it
+    hangs up."""
+    out.write(b"HTTP/1.1 200 OK\r\n")
+    for n in itertools.count():
+        out.write(b"X-Filler-%d: x\r\n" % n)
+
+
+def _dripping_head(out: BinaryIO) -> None:
+    """A head that comes a line every 0.25 s (each read well within any timeout)."""
+    out.write(b"HTTP/1.1 200 OK\r\n")
+    for n in range(60):
+        time.sleep(0.25)
+        out.write(b"X-Slow-%d: x\r\n" % n)
+
+
+def _ask(fake: FakeEngine, path: str, timeout: str) -> tuple[EngineError, float]:
+    """/info (a call) or /logs (a stream) against the script; the error and how long."""
+    fake.script.labels, fake.script.name = dict(JOB_LABELS), JOB
+    engine = _engine(fake, GPULAUNCH_ENGINE_TIMEOUT=timeout)
+    engine.create_container(create_body(_plan()))
+    start = time.monotonic()
+    with pytest.raises(EngineError) as caught:
+        engine.identity() if path == "/info" else engine.get_managed(JOB).logs()
+    return caught.value, time.monotonic() - start
+
+
+@pytest.mark.parametrize("path", ["/info", "/logs"])
+def test_an_answer_head_that_never_ends_stops_at_the_size_bound_not_the_deadline(
+    fake: FakeEngine, path: str
+) -> None:
+    """The head is bounded in size too (http.client: 100 header lines of at most 64 KiB), for
+    calls and streams alike: an engine that sends header lines forever is stopped at once,
+    not after GPULAUNCH_ENGINE_TIMEOUT."""
+    fake.script.raw[path] = _endless_head
+    error, took = _ask(fake, path, "20")
+    assert took < 5, took
+    assert (
+        error.message
+        == f"the Docker engine at {fake.host} stopped answering: the connection failed"
+    )
+
+
+@pytest.mark.parametrize("path", ["/info", "/logs"])
+def test_an_answer_head_that_drips_ends_at_the_deadline_of_the_whole_call(
+    fake: FakeEngine, path: str
+) -> None:
+    """http.client's socket timeout is a limit per read; the call's deadline covers every read
+    of the head as well as the body (tests/engine/test_engine_reach.py drips a body)."""
+    fake.script.raw[path] = _dripping_head
+    error, took = _ask(fake, path, "1")
+    assert took < 1 + 1.5, took
+    assert (
+        error.message == f"the Docker engine at {fake.host} stopped answering: no answer within 1 s"
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (b"HTTP/1.1 100 Continue\r\n\r\n"
+         b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"a\": 1}", {"a": 1}),
+        (b"HTTP/1.0 200 OK\r\n\r\n[1, 2]", [1, 2]),  # no length: up to the close
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"3;x=y\r\n[1,\r\n3\r\n 2]\r\n0\r\nTrailer: t\r\n\r\n", [1, 2]),
+        (b"HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", None),
+    ],
+    ids=["continue", "http10", "chunked-trailer", "no-content"],
+)  # fmt: skip
+def test_answers_in_every_framing_read_as_the_engine_meant(
+    fake: FakeEngine, answer: bytes, expected: object
+) -> None:
+    fake.script.raw["/info"] = lambda out: out.write(answer)
+    engine = _engine(fake)
+    assert engine.api().call("GET", "/info") == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "the engine's answer is not HTTP"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}", "the engine's answer was cut short"),
+        (b"", "the engine closed the connection without an answer"),
+    ],
+    ids=["not-http", "cut", "closed"],
+)
+def test_a_first_answer_that_is_not_the_engines_is_cannot_reach_in_one_line(
+    fake: FakeEngine, answer: bytes, reason: str
+) -> None:
+    """Something else listens on the socket, or the engine dies mid-answer: one line naming
+    the address and why, never http.client's exception text with the raw bytes."""
+    fake.script.raw["/version"] = lambda out: out.write(answer)
+    with pytest.raises(EngineError) as caught:
+        _engine(fake).list_managed()
+    assert caught.value.message == f"cannot reach the Docker engine at {fake.host}: {reason}"
+
+
+@pytest.mark.parametrize("status", [101, 200], ids=["upgraded", "old-engine-200"])
+def test_output_that_arrives_with_the_attach_head_is_not_lost(
+    fake: FakeEngine, status: int
+) -> None:
+    """http.client reads the head through a buffer that may already hold the job's first
+    frames (attach with logs=1 replays the stored output at once): the stream reads through
+    that buffer, never around it on the raw socket."""
+    fake.script.attach_status = status
+    fake.script.attach_first = frame(1, b"early\n") + frame(2, b"stored\n")
+    fake.script.output = [(1, b"later\n")]
+    streams: list[Iterator[bytes]] = []
+
+    def attach(container: Any) -> None:
+        streams.append(container.attach(stdout=True, stderr=True, stream=True, logs=True))
+
+    _engine(fake).create_container(create_body(_plan()), before_start=attach)
+    assert b"".join(streams[0]) == b"early\nstored\nlater\n"
+
+
+def test_an_attach_stream_closed_from_another_thread_wakes_its_reader(fake: FakeEngine) -> None:
+    """supervise closes the attach stream (its `finally`) while a pump thread may still wait
+    in a read of a silent job: the close must not wait for that read (a buffered file's close
+    does), or `run` hangs before it removes the container; and the reader ends then, instead
+    of waiting on a stream nobody reads any more."""
+    import threading
+
+    fake.script.exit_on_start = False  # the job runs on, silent
+    container = _engine(fake).create_container(create_body(_plan()))
+    sock = container.attach_socket({"stdout": 1, "stderr": 1, "stream": 1})
+    read: list[bytes | str] = []
+
+    def reader() -> None:
+        try:
+            read.append(sock.read(65536))
+        except Exception as err:  # a closed file: the pump takes it as the stream's end
+            read.append(type(err).__name__)
+
+    pump = threading.Thread(target=reader, daemon=True)
+    pump.start()
+    time.sleep(0.2)  # the reader now waits on the job
+    closer = threading.Thread(target=sock.close, daemon=True)
+    closer.start()
+    closer.join(5)
+    pump.join(5)
+    fake.exited.set()
+    assert not closer.is_alive(), "close() waited for the job"
+    assert not pump.is_alive() and read in ([b""], ["ValueError"], ["OSError"])
 
 
 def test_removing_a_container_of_an_engine_that_went_away_is_quiet(fake: FakeEngine) -> None:

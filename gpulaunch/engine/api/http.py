@@ -1,5 +1,6 @@
-"""The engine's HTTP API over a local unix socket: HTTP/1.1 on a plain socket. Every other
-engine (tcp://, TLS or not, ssh://) goes through the docker SDK (`sdk.py`) and its TLS.
+"""The engine's HTTP API over a local unix socket, through the standard library's http.client
+(a connection whose `connect` opens the unix socket, as docker-py's own transport does). Every
+other engine (tcp://, TLS or not, ssh://) goes through the docker SDK (`sdk.py`) and its TLS.
 
 Two calls: `call` (one request, its JSON answer) and `stream` (an answer read as it comes:
 logs, and attach, upgraded to the raw connection). Each connection is made for one request
@@ -8,27 +9,34 @@ SDK path's did: before the first answer "cannot reach the Docker engine at HOST:
 it "the Docker engine at HOST stopped answering: ..."; an error status is an `ApiError`
 carrying the engine's own message.
 
-A call's limit is a deadline for the whole call (connect, send, every read of the answer),
-not a wait per read: an engine that drips one byte a second still ends it on time. A call's
-answer is at most `BODY_LIMIT` bytes; streams (logs, attach) are bounded by neither, they
-last as long as the job, but their answer's head is.
+A call's limit is a deadline for the whole call (connect, send, every read of the answer's
+head and body), not a wait per read: an engine that drips one byte a second still ends it on
+time. A call's answer is at most `BODY_LIMIT` bytes; streams (logs, attach) are bounded by
+neither, they last as long as the job, but their answer's head is (by time here, by size in
+http.client: 64 KiB a line, 100 header lines).
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import socket
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
 from gpulaunch.errors import EngineError
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
 TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"
 UNREACHABLE_HINT = "start dockerd, or set DOCKER_HOST to a running engine"
-_HEAD_LIMIT = 64 * 1024
+_ERROR_LIMIT = 64 * 1024  # of an error's body, kept for its message
 BODY_LIMIT = 64 * 1024 * 1024  # a call's answer (JSON); the engine's largest are inspect lists
-_CLOSE = "Connection: close\r\n"  # one request per connection
+_CLOSE = {"Connection": "close"}  # one request per connection
+_UPGRADE = {"Connection": "Upgrade", "Upgrade": "tcp"}  # attach: the connection is the job's
 Query = dict[str, Any] | None
 
 
@@ -102,22 +110,7 @@ def decode(status: int, raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-def connect(path: str, timeout: float | None) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-class BadReply(OSError):
-    """An answer that is not HTTP, or cut short: read as a failed connection."""
-
-
-class TooLarge(BadReply):
+class TooLarge(http.client.HTTPException):
     """An answer over `BODY_LIMIT`: its reason is the error's text."""
 
 
@@ -135,93 +128,80 @@ class Deadline:
             raise TimeoutError("timed out")
         return left
 
+    def lift(self) -> None:
+        """The answer's head is in: the rest is the job's output, as long as the job runs."""
+        self.end = None
 
-class _Reader:
-    """Buffered reads from a socket (the answer's head line by line, then its body), each
-    within what is left of the call's deadline."""
 
-    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
-        self.sock = sock
-        self.buf = bytearray()
+class _Socket(socket.socket):
+    """A unix socket whose every wait, sending or receiving, gets what is left of its call's
+    deadline: http.client reads the answer through it, and a socket timeout alone is a limit
+    per wait, which an engine that drips a byte at a time never reaches."""
+
+    deadline: Deadline
+
+    def sendall(self, data: ReadableBuffer, flags: int = 0, /) -> None:
+        self.settimeout(self.deadline.left())
+        super().sendall(data, flags)
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0, /) -> int:
+        self.settimeout(self.deadline.left())
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _Connection(http.client.HTTPConnection):
+    """http.client on the engine's unix socket: only `connect` differs, as in docker-py's own
+    transport (docker/transport/unixconn.py). `timeout` bounds the connect of a call that
+    has no deadline (a wait)."""
+
+    def __init__(self, path: str, timeout: float, deadline: Deadline) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
         self.deadline = deadline
 
-    def _fill(self) -> bool:
-        if self.deadline.end is not None:
-            self.sock.settimeout(self.deadline.left())
-        chunk = self.sock.recv(65536)
-        self.buf += chunk
-        return bool(chunk)
-
-    def readline(self) -> bytes:
-        while b"\n" not in self.buf:
-            if len(self.buf) > _HEAD_LIMIT or not self._fill():
-                raise BadReply("the engine's answer was cut short")
-        end = self.buf.index(b"\n") + 1
-        line = bytes(self.buf[:end])
-        del self.buf[:end]
-        return line
-
-    def read_some(self, size: int) -> bytes:
-        if not self.buf and not self._fill():
-            return b""
-        data = bytes(self.buf[:size])
-        del self.buf[:size]
-        return data
+    def connect(self) -> None:
+        sock = _Socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.deadline = self.deadline
+        try:
+            left = self.deadline.left()
+            sock.settimeout(self.timeout if left is None else left)
+            sock.connect(self.path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
 
 
-class Body:
-    """An answer's body as it arrives: by Content-Length, chunked, or up to the close."""
+def _body(answer: http.client.HTTPResponse) -> bytes:
+    """The whole answer, at most `BODY_LIMIT` bytes; one cut short of its Content-Length is
+    http.client's IncompleteRead (its own read1 would end it quietly)."""
+    parts, size = [], 0
+    while chunk := answer.read1(65536):
+        size += len(chunk)
+        if size > BODY_LIMIT:
+            raise TooLarge(f"an answer over {BODY_LIMIT:,} bytes")
+        parts.append(chunk)
+    if answer.length:
+        raise http.client.IncompleteRead(b"", answer.length)
+    return b"".join(parts)
 
-    def __init__(self, reader: _Reader, length: int | None, chunked: bool) -> None:
-        self.reader = reader
-        self.length = length
-        self.chunked = chunked
-        self.left = 0  # of the current chunk
-        self.done = length == 0
 
-    def read(self, size: int) -> bytes:
-        if self.done:
-            return b""
-        if self.chunked and self.left == 0:
-            try:
-                self.left = int(self.reader.readline().split(b";")[0].strip() or b"x", 16)
-            except ValueError:
-                raise BadReply("a chunk without its size") from None
-            if self.left == 0:
-                while self.reader.readline().strip():
-                    pass  # trailers
-                self.done = True
-                return b""
-        limit = self.left if self.chunked else self.length
-        data = self.reader.read_some(size if limit is None else min(size, limit))
-        if not data:
-            if limit is not None:
-                raise BadReply("the engine's answer was cut short")
-            self.done = True
-        elif self.chunked:
-            self.left -= len(data)
-            if self.left == 0 and self.reader.readline().strip():
-                raise BadReply("a chunk without its end")
-        elif self.length is not None:
-            self.length -= len(data)
-            self.done = self.length == 0
-        return data
+_FAILURES = (OSError, http.client.HTTPException)  # a connection that failed, or not HTTP
 
-    def read_all(self, limit: int = BODY_LIMIT) -> bytes:
-        parts, size = [], 0
-        while chunk := self.read(65536):
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"an answer over {limit:,} bytes")
-            parts.append(chunk)
-        return b"".join(parts)
+
+def _reason(err: BaseException) -> str:
+    """A failure in words: the system's, or what was wrong with the answer."""
+    if isinstance(err, http.client.RemoteDisconnected):
+        return "the engine closed the connection without an answer"
+    if isinstance(err, http.client.IncompleteRead):
+        return "the engine's answer was cut short"
+    if isinstance(err, http.client.HTTPException) and not isinstance(err, TooLarge):
+        return "the engine's answer is not HTTP"
+    return str(getattr(err, "strerror", None) or err)
 
 
 class HttpTransport:
-    """The engine on the unix socket `address`; `timeout` bounds each call (not streams).
-
-    HTTP/1.1 by hand, one connection per request: http.client (with email and ssl under it)
-    would cost more to import than all the calls of a run take."""
+    """The engine on the unix socket `address`; `timeout` bounds each call (not streams)."""
 
     def __init__(self, host: str, address: str, timeout: float) -> None:
         self.host = host
@@ -232,51 +212,28 @@ class HttpTransport:
     def _failure(self, err: BaseException, limit: float | None) -> EngineError:
         timed_out = isinstance(err, TimeoutError)
         if not self.reached:
-            reason = (
-                f"no answer within {limit:g} s"
-                if timed_out and limit
-                else str(getattr(err, "strerror", None) or err)
-            )
+            reason = f"no answer within {limit:g} s" if timed_out and limit else _reason(err)
             return unreachable(self.host, reason)
         return stalled(self.host, timed_out, limit, str(err) if isinstance(err, TooLarge) else "")
 
-    def _send(
+    def _open(
         self, method: str, target: str, data: bytes | None, deadline: Deadline, upgrade: bool
-    ) -> tuple[int, Body, socket.socket, _Reader]:
-        """Send one request; (status, body, socket, reader) once the answer's head is in, all
-        within `deadline`."""
-        left = deadline.left()
-        sock = connect(self.address, self.timeout if left is None else left)
+    ) -> tuple[http.client.HTTPResponse, socket.socket]:
+        """Send one request on a new connection; its answer once the head is in, and the
+        socket under it (http.client lets go of it on "Connection: close"), all within
+        `deadline`."""
+        conn = _Connection(self.address, self.timeout, deadline)
+        headers = {"User-Agent": "gpulaunch", **(_UPGRADE if upgrade else _CLOSE)}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            sock.settimeout(deadline.left())
-            head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: gpulaunch\r\n"
-            head += "Connection: Upgrade\r\nUpgrade: tcp\r\n" if upgrade else _CLOSE
-            if data is not None:
-                head += "Content-Type: application/json\r\n"
-            head += f"Content-Length: {len(data or b'')}\r\n\r\n"
-            sock.sendall(head.encode() + (data or b""))
-            reader = _Reader(sock, deadline)
-            status = 100
-            while status == 100:  # a "100 Continue" comes before the answer
-                try:
-                    status = int(reader.readline().split()[1])
-                except (IndexError, ValueError):
-                    raise BadReply("the engine's answer is not HTTP") from None
-                fields: dict[str, str] = {}
-                while line := reader.readline().strip():
-                    name, _, value = line.decode("latin-1").partition(":")
-                    fields[name.strip().lower()] = value.strip()
-            length = fields.get("content-length", "")
-            no_body = status in (101, 204, 304) or method == "HEAD"
-            body = Body(
-                reader,
-                0 if no_body else int(length) if length.isdigit() else None,
-                "chunked" in fields.get("transfer-encoding", "").lower(),
-            )
+            conn.connect()
+            sock = conn.sock
+            conn.request(method, target, data, headers)
+            return conn.getresponse(), sock
         except BaseException:
-            sock.close()
+            conn.close()
             raise
-        return status, body, sock, reader
 
     def ping(self, timeout: float) -> None:
         """The first contact, with a short limit: a hung engine must fail fast. /version,
@@ -296,14 +253,15 @@ class HttpTransport:
         data = None if body is None else json.dumps(body).encode()
         target = path + ("?" + urlencode(query) if query else "")
         try:
-            status, reply, sock, _ = self._send(method, target, data, Deadline(limit), False)
+            answer, sock = self._open(method, target, data, Deadline(limit), False)
             try:
-                raw = reply.read_all()
+                raw = _body(answer)
             finally:
+                answer.close()
                 sock.close()
-        except OSError as err:
+        except _FAILURES as err:
             raise self._failure(err, limit) from None
-        return decode(status, raw)
+        return decode(answer.status, raw)
 
     def stream(self, method: str, path: str, query: Query = None, upgrade: bool = False) -> Stream:
         """An answer to read as it comes: its head (and an error's body) within the call
@@ -312,34 +270,33 @@ class HttpTransport:
         target = path + ("?" + urlencode(query) if query else "")
         deadline = Deadline(self.timeout)
         try:
-            status, reply, sock, reader = self._send(method, target, None, deadline, upgrade)
+            answer, sock = self._open(method, target, None, deadline, upgrade)
             try:
-                if status >= 400:
-                    raise api_error(status, reply.read_all()[:_HEAD_LIMIT])
-                sock.settimeout(None)
-                reader.deadline = Deadline(None)  # the job's output: as long as the job
+                if answer.status >= 400:
+                    raise api_error(answer.status, _body(answer)[:_ERROR_LIMIT])
             except BaseException:
+                answer.close()
                 sock.close()
                 raise
-        except OSError as err:
+        except _FAILURES as err:
             raise self._failure(err, self.timeout) from None
+        deadline.lift()
         if upgrade:  # 101 (or 200 from an old engine): the raw connection follows the head
-            return SocketStream(sock, bytes(reader.buf))
-        return _BodyStream(sock, reply, self.host)
+            return SocketStream(sock, answer)
+        return _BodyStream(sock, answer, self.host)
 
 
 class SocketStream:
-    """A raw connection (an upgraded attach), with what came after the answer's head."""
+    """A raw connection (an upgraded attach). `answer`: the answer whose head came first on
+    it; its buffer may already hold the job's first bytes, so reads go through it."""
 
-    def __init__(self, sock: Any, pending: bytes = b"") -> None:
+    def __init__(self, sock: Any, answer: http.client.HTTPResponse | None = None) -> None:
         self.sock = sock
-        self.pending = pending
+        self.answer = answer  # held: a collected answer closes the file it reads from
+        self._read = sock.recv if answer is None else answer.fp.read1
 
     def read(self, size: int) -> bytes:
-        if self.pending:
-            data, self.pending = self.pending[:size], self.pending[size:]
-            return bytes(data)
-        return bytes(self.sock.recv(size))
+        return bytes(self._read(size))
 
     def sendall(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -348,6 +305,12 @@ class SocketStream:
         self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
+        """Also while another thread waits in `read` (supervise's pump of a silent job): the
+        shutdown wakes that read, which holds the buffered file a close would wait for."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        if self.answer is not None:
+            self.answer.close()
         self.sock.close()
 
 
@@ -355,16 +318,19 @@ class _BodyStream:
     """A streamed answer (logs): a connection that breaks is the engine's failure, never an
     OSError a caller would take for its own ("cannot write output")."""
 
-    def __init__(self, sock: socket.socket, body: Body, host: str) -> None:
+    def __init__(self, sock: socket.socket, answer: http.client.HTTPResponse, host: str) -> None:
         self.sock = sock
-        self.body = body
+        self.answer = answer
         self.host = host
 
     def read(self, size: int) -> bytes:
         try:
-            return self.body.read(size)
-        except OSError:  # no read limit here: a failed connection, never a timeout
+            data = self.answer.read1(size)
+        except _FAILURES:  # no read limit here: a failed connection, never a timeout
             raise stalled(self.host, False, None) from None
+        if not data and self.answer.length:  # cut short of its Content-Length
+            raise stalled(self.host, False, None)
+        return data
 
     def sendall(self, data: bytes) -> None:
         raise OSError("not an attach stream")
@@ -373,4 +339,5 @@ class _BodyStream:
         pass
 
     def close(self) -> None:
+        self.answer.close()
         self.sock.close()
