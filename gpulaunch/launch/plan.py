@@ -242,7 +242,10 @@ def plan_run(
     if rdzv and not opts.script:
         raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
     if opts.script:
-        command = script_command(opts.script, opts.args, project, cwd, nproc, bind_script, rdzv)
+        # --gpus all with no count known here: one rank per GPU the container sees (0: `gpu`)
+        unknown = gpus == "all" and count is None and not (opts.nproc or config.launch.nproc)
+        ranks = 0 if unknown else nproc
+        command = script_command(opts.script, opts.args, project, cwd, ranks, bind_script, rdzv)
         if host_mode:
             command = host_paths(command, project, host_python(config, project, environ))
     elif opts.command:
