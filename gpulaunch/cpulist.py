@@ -66,7 +66,7 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def _parse_cpumask(text: str) -> frozenset[int]:
+def parse_cpumask(text: str) -> frozenset[int]:
     """Parse a hex mask like sysfs `local_cpus` ("ffff,00000000"), lowest CPU = lowest bit."""
     value = int(text.strip().replace(",", "") or "0", 16)
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)

@@ -75,11 +75,11 @@ def test_the_validated_copy_answers_as_pydantic_does() -> None:
     from gpulaunch.launch import presets
 
     presets._validated_copy.cache_clear()
-    presets._builtin_specs.cache_clear()
+    presets.builtin_specs.cache_clear()
     presets.nccl_presets.cache_clear()
     assert presets._validated_copy() is not None, "validated.json is stale: dev/packaged-json"
     models = presets.validate_builtin_specs()
-    views = presets._builtin_specs()
+    views = presets.builtin_specs()
     assert list(views) == list(models) and len(models) >= 3
     for name, model in models.items():
         assert type(views[name]).__name__ == "ConfigView"
@@ -116,15 +116,15 @@ def test_a_stale_or_broken_validated_copy_means_pydantic(
         return doc if parts == ("json", presets.VALIDATED) else real(*parts)
 
     monkeypatch.setattr(presets, "_data_text", fake)
-    for fn in (presets._validated_copy, presets._builtin_specs, presets.nccl_presets):
+    for fn in (presets._validated_copy, presets.builtin_specs, presets.nccl_presets):
         fn.cache_clear()
     try:
-        specs = presets._builtin_specs()
+        specs = presets.builtin_specs()
         kinds = {type(s).__name__ for s in specs.values()}
         assert kinds == ({"ConfigView"} if "PRESET" in case else {"ProfileSpec"})
         assert presets.nccl_presets() == presets.validate_nccl_presets()
     finally:
-        for fn in (presets._validated_copy, presets._builtin_specs, presets.nccl_presets):
+        for fn in (presets._validated_copy, presets.builtin_specs, presets.nccl_presets):
             fn.cache_clear()
 
 

@@ -124,7 +124,7 @@ class UpdateReport:
         return list(self.overlay.get("sources", {}).get("not_reached", []))
 
 
-class _Project:
+class UpdateProject:
     """One PyPI project: its final releases and the exact torch pin of each (where read)."""
 
     def __init__(self, name: str, data: dict[str, Any] | None, sources: Sources) -> None:
@@ -147,7 +147,7 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
         raise pypi.Unreachable(
             "catalog update: PyPI did not answer: " + "; ".join(sources.unreachable[-1:])
         )
-    torch = _Project("torch", torch_data, sources)
+    torch = UpdateProject("torch", torch_data, sources)
     if not isinstance(torch_data.get("info"), dict) or not torch.releases:
         # Not PyPI's torch JSON (a captive portal, a broken mirror): writing an overlay from
         # it would replace a good one with nothing.
@@ -155,10 +155,10 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
             f"catalog update: {sources.base_url}/torch/json: not PyPI's project JSON for torch "
             "(no release with a Linux wheel); no overlay written"
         )
-    vision = _Project("torchvision", sources.project("torchvision"), sources)
-    audio = _Project("torchaudio", sources.project("torchaudio"), sources)
+    vision = UpdateProject("torchvision", sources.project("torchvision"), sources)
+    audio = UpdateProject("torchaudio", sources.project("torchaudio"), sources)
     report = UpdateReport(overlay={})
-    releases = _raw_releases(packaged)
+    releases = raw_releases(packaged)
     known = {p["torch"] for rel in releases for p in rel.get("patches", [])}
     oldest = min((vt(r["minor"]) for r in releases), default=(0,))
     rows: dict[str, dict[str, Any]] = {}
@@ -182,7 +182,7 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
 
 
 def _new_releases(
-    torch: _Project, known: set[str], oldest: tuple[int, ...], report: UpdateReport
+    torch: UpdateProject, known: set[str], oldest: tuple[int, ...], report: UpdateReport
 ) -> list[str]:
     """The torch releases to add, oldest first: at most MAX_NEW_RELEASES, the newest (each
     costs reads of its companions' metadata, and a row in the file)."""
@@ -271,7 +271,7 @@ def _os_key(name: str) -> tuple[int, ...]:
     return vt(name.removeprefix("ubuntu"))
 
 
-def _raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
+def raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
     try:
         releases = packaged["torch"]["releases"]
     except (KeyError, TypeError):
@@ -292,7 +292,7 @@ class _Pairing(NamedTuple):
     why: str  # for the note and the report
 
 
-def _companion(project: _Project, torch: ReleaseFacts, guess: str | None) -> _Pairing:
+def _companion(project: UpdateProject, torch: ReleaseFacts, guess: str | None) -> _Pairing:
     """The torchvision/torchaudio release for a torch version, from the companion's own
     metadata: an exact `torch==` pin ("pinned", high); else a release uploaded with or after
     the torch release whose declared requirement admits it ("declared", medium: torchvision
@@ -332,7 +332,7 @@ def _companion(project: _Project, torch: ReleaseFacts, guess: str | None) -> _Pa
 
 
 def _patch_row(
-    facts: ReleaseFacts, vision: _Project, audio: _Project, report: UpdateReport
+    facts: ReleaseFacts, vision: UpdateProject, audio: UpdateProject, report: UpdateReport
 ) -> dict[str, Any]:
     major, minor, micro = vt(facts.version)
     guess = f"0.{minor + 15}.{micro}" if major == 2 else None  # torch 2.14.1 <-> 0.29.1
@@ -366,7 +366,7 @@ def _patch_text(row: dict[str, Any]) -> str:
 def _new_minor(
     minor: str,
     facts: ReleaseFacts,
-    torch: _Project,
+    torch: UpdateProject,
     previous: dict[str, Any],
     sources: Sources,
     report: UpdateReport,

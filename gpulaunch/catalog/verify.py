@@ -16,7 +16,7 @@ from typing import Any
 
 from gpulaunch.catalog import pypi_facts
 from gpulaunch.catalog.pypi_facts import vt
-from gpulaunch.catalog.update import Sources, _Project, _raw_releases, build_update
+from gpulaunch.catalog.update import Sources, UpdateProject, build_update, raw_releases
 from gpulaunch.errors import CatalogError
 
 # Differences the packaged catalog keeps on purpose: the line `differences` prints -> why.
@@ -42,11 +42,11 @@ def differences(packaged: dict[str, Any], sources: Sources) -> list[str]:
     from datetime import date
 
     report = build_update(packaged, sources, date.today())  # raises when PyPI does not answer
-    torch = _Project("torch", sources.project("torch"), sources)
-    vision = _Project("torchvision", sources.project("torchvision"), sources)
-    audio = _Project("torchaudio", sources.project("torchaudio"), sources)
+    torch = UpdateProject("torch", sources.project("torch"), sources)
+    vision = UpdateProject("torchvision", sources.project("torchvision"), sources)
+    audio = UpdateProject("torchaudio", sources.project("torchaudio"), sources)
     out: list[str] = []
-    for rel in _raw_releases(packaged):
+    for rel in raw_releases(packaged):
         out.extend(_release_diffs(rel, torch))
         for patch in rel.get("patches", []):
             for project, key in ((vision, "torchvision"), (audio, "torchaudio")):
@@ -56,7 +56,7 @@ def differences(packaged: dict[str, Any], sources: Sources) -> list[str]:
     return out
 
 
-def _release_diffs(rel: dict[str, Any], torch: _Project) -> list[str]:
+def _release_diffs(rel: dict[str, Any], torch: UpdateProject) -> list[str]:
     minor = rel["minor"]
     out = []
     patches = [p["torch"] for p in rel.get("patches", []) if isinstance(p, dict)]
@@ -85,7 +85,7 @@ def _release_diffs(rel: dict[str, Any], torch: _Project) -> list[str]:
     return out
 
 
-def _pairing_diffs(patch: dict[str, Any], project: _Project, key: str) -> list[str]:
+def _pairing_diffs(patch: dict[str, Any], project: UpdateProject, key: str) -> list[str]:
     paired = patch.get(key)
     if not isinstance(paired, str):
         return []

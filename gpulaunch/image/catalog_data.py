@@ -30,29 +30,29 @@ def verified(confidence: str) -> bool:
     return confidence != UNVERIFIED
 
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-_CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
-_CU_VARIANT_RE = re.compile(r"^cu(\d+)(\d)$")
-_TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
-_PYTHON_RE = re.compile(r"^3\.\d+$")
-_CC_RE = re.compile(r"^(\d+)\.(\d+)[af]?$")
-_DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
+VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+CU_VARIANT_RE = re.compile(r"^cu(\d+)(\d)$")
+TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+PYTHON_RE = re.compile(r"^3\.\d+$")
+CC_RE = re.compile(r"^(\d+)\.(\d+)[af]?$")
+DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
 
 T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=4096)  # the matrix asks for the same few versions ~50,000 times
-def _vt(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     """Numeric tuple of a dotted version, so "2.10" sorts after "2.9" (never as 2.1)."""
     return tuple(int(part) for part in version.split("."))
 
 
 @functools.lru_cache(maxsize=4096)
-def _xy(version: str) -> str:
+def major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _join(items: Iterable[str]) -> str:
+def join_names(items: Iterable[str]) -> str:
     return ", ".join(items)
 
 
@@ -79,7 +79,7 @@ class CudaImage(NamedTuple):
 
     @property
     def xy(self) -> str:
-        return _xy(self.cuda)
+        return major_minor(self.cuda)
 
     def oses(self, cudnn: bool) -> tuple[str, ...]:
         return self.cudnn_os if cudnn else self.os
@@ -128,12 +128,12 @@ class TorchRelease(NamedTuple):
     builds: str = "complete"  # BUILD_LISTS: whether a CUDA absent from `variants` has no build
 
     def python_ok(self, python: str) -> bool:
-        return _vt(self.python_min) <= _vt(python) <= _vt(self.python_max)
+        return version_key(self.python_min) <= version_key(python) <= version_key(self.python_max)
 
     def python_range(self) -> str:
-        text = f"{self.python_min}{_DASH}{self.python_max}"
+        text = f"{self.python_min}{DASH}{self.python_max}"
         if self.python_experimental:
-            text += f" ({_join(self.python_experimental)} experimental)"
+            text += f" ({join_names(self.python_experimental)} experimental)"
         return text
 
 
@@ -149,7 +149,7 @@ class NgcRelease(NamedTuple):
 
     @property
     def torch_xy(self) -> str:
-        return _xy(self.torch.split("a")[0].split("+")[0])
+        return major_minor(self.torch.split("a")[0].split("+")[0])
 
 
 class Gpu(NamedTuple):
@@ -197,7 +197,7 @@ class Catalog(NamedTuple):
     def cuda_xys(self) -> set[str]:
         known = {img.xy for img in self.cuda_images}
         known |= {v.cuda for rel in self.releases for v in rel.variants}
-        return known | {_xy(n.cuda) for n in self.ngc}
+        return known | {major_minor(n.cuda) for n in self.ngc}
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +249,7 @@ class _Node:
     def confidence(self) -> str:
         value = self.opt_text("confidence") or "high"
         if value not in CONFIDENCES:
-            raise _bad(f"{self.path}.confidence", f"must be one of {_join(CONFIDENCES)}")
+            raise _bad(f"{self.path}.confidence", f"must be one of {join_names(CONFIDENCES)}")
         return value
 
     def node(self, key: str) -> _Node:
@@ -277,7 +277,7 @@ class _Node:
     def done(self) -> None:
         extra = sorted(set(self.data) - self.seen)
         if extra:
-            raise _bad(self.path, f"unknown key(s) {_join(extra)}")
+            raise _bad(self.path, f"unknown key(s) {join_names(extra)}")
 
 
 class _ShapeError(CatalogError):
@@ -301,7 +301,7 @@ def _checked_text(value: object, path: str, version: bool) -> str:
         raise _bad(path, f"expected a quoted string, got {value!r}")
     if bad_char(value) is not None:
         raise _bad(path, "must be a single line without control characters")
-    if version and not (_VERSION_RE.fullmatch(value) and max(map(len, value.split("."))) <= 6):
+    if version and not (VERSION_RE.fullmatch(value) and max(map(len, value.split("."))) <= 6):
         raise _bad(path, f"not a dotted version: {value!r}")
     return value
 
@@ -341,7 +341,7 @@ def _cuda_image(node: _Node) -> CudaImage:
 def _variant(node: _Node) -> Variant:
     archs = node.texts("archs")
     for arch in archs:
-        if not _CC_RE.match(arch.removesuffix("+PTX")):
+        if not CC_RE.match(arch.removesuffix("+PTX")):
             raise _bad(f"{node.path}.archs", f"bad arch {arch!r}")
     return Variant(
         node.text("variant"),
@@ -382,11 +382,11 @@ def _release(node: _Node) -> TorchRelease:
     )
     py.done()
     if release.builds not in BUILD_LISTS:
-        raise _bad(f"{node.path}.builds", f"must be one of {_join(BUILD_LISTS)}")
+        raise _bad(f"{node.path}.builds", f"must be one of {join_names(BUILD_LISTS)}")
     for key in ("min", "max"):
-        if not _PYTHON_RE.fullmatch(getattr(release, f"python_{key}")):
+        if not PYTHON_RE.fullmatch(getattr(release, f"python_{key}")):
             raise _bad(f"{py.path}.{key}", "expected a Python version such as 3.11")
-    if _vt(release.python_min) > _vt(release.python_max):
+    if version_key(release.python_min) > version_key(release.python_max):
         raise _bad(py.path, f"min {release.python_min} is above max {release.python_max}")
     for v in release.variants:
         if v.status not in ("stable", "experimental", "legacy"):
@@ -423,7 +423,7 @@ def _window(node: _Node) -> ArchWindow:
         node.text("min_cc", version=True),
         node.text("max_cc", version=True),
     )
-    if _vt(window.min_cc) > _vt(window.max_cc):
+    if version_key(window.min_cc) > version_key(window.max_cc):
         raise _bad(node.path, f"min_cc {window.min_cc} is above max_cc {window.max_cc}")
     return window
 
@@ -489,12 +489,12 @@ def _check_consistency(cat: Catalog) -> None:
     for name in (*cat.ubuntu_preference, cat.cpu.os, *(n.os for n in cat.ngc)):
         if name not in cat.os:
             raise _bad("os", f"{name!r} is used but not defined")
-    minors = [_vt(rel.minor) for rel in cat.releases]
+    minors = [version_key(rel.minor) for rel in cat.releases]
     if minors != sorted(minors):
         raise _bad("torch.releases", "must be sorted oldest first")
     for rel in cat.releases:
         for patch in rel.patches:
-            if _xy(patch.torch) != rel.minor:
+            if major_minor(patch.torch) != rel.minor:
                 raise _bad(f"torch {rel.minor}", f"patch {patch.torch} is not a {rel.minor}.x")
         for v in rel.variants:
             if v.variant != "cu" + v.cuda.replace(".", ""):

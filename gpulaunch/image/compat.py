@@ -15,22 +15,22 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.engine import nvml
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image.catalog_data import (
-    _CC_RE,
-    _TORCH_RE,
+    CC_RE,
     CONFIDENCES,
+    TORCH_RE,
     UNVERIFIED,
     Variant,
-    _vt,
-    _xy,
     load_catalog,
+    major_minor,
+    version_key,
 )
 from gpulaunch.image.request import (
+    CudaReq,
     ImageRequest,
     MatrixRow,
     ResolvedImage,
-    _CudaReq,
-    _parse_cuda,
-    _select_torch,
+    parse_cuda,
+    select_torch,
 )
 from gpulaunch.image.resolver import resolve_in
 
@@ -41,23 +41,23 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
     pairs = cat.patches()
     if torch is not None:
         text = torch.strip()
-        if _TORCH_RE.match(text) and text.count(".") == 1:
-            pairs = [(rel, p) for rel, p in pairs if _vt(rel.minor) == _vt(text)]
+        if TORCH_RE.match(text) and text.count(".") == 1:
+            pairs = [(rel, p) for rel, p in pairs if version_key(rel.minor) == version_key(text)]
         else:
-            sel = _select_torch(cat, text)
+            sel = select_torch(cat, text)
             pairs = [(rel, p) for rel, p in pairs if sel is not None and p == sel.patch]
         if not pairs:
-            _select_torch(cat, text)  # raises with the nearest versions
-    wanted = _parse_cuda(cat, cuda)
+            select_torch(cat, text)  # raises with the nearest versions
+    wanted = parse_cuda(cat, cuda)
     rows: list[MatrixRow] = []
     # one image's rule serves many rows: its branches are worked out once (by text)
     branches: dict[tuple[str, str, bool], tuple[str, ...]] = {}
-    for rel, patch in sorted(pairs, key=lambda pair: _vt(pair[1].torch), reverse=True):
+    for rel, patch in sorted(pairs, key=lambda pair: version_key(pair[1].torch), reverse=True):
         variants: list[Variant | None] = [*rel.variants, None]
         for variant in variants:
             if wanted == "cpu" and variant is not None:
                 continue
-            if isinstance(wanted, _CudaReq) and (variant is None or variant.cuda != wanted.xy):
+            if isinstance(wanted, CudaReq) and (variant is None or variant.cuda != wanted.xy):
                 continue
             resolved = resolve_in(
                 cat, ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
@@ -102,7 +102,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
 
 
 def _cc(value: str) -> tuple[int, int]:
-    m = _CC_RE.match(value.strip())
+    m = CC_RE.match(value.strip())
     if not m:
         raise CatalogError(f'gpu: expected a compute capability like "9.0"; got {value!r}')
     return int(m.group(1)), int(m.group(2))
@@ -130,7 +130,11 @@ def _supports(archs: Sequence[str], cuda: str | None, compute_capability: str) -
         return False
     if cuda is None:
         return False
-    windows = [w for w in load_catalog().arch_windows if _vt(w.cuda) <= _vt(_xy(cuda))]
+    windows = [
+        w
+        for w in load_catalog().arch_windows
+        if version_key(w.cuda) <= version_key(major_minor(cuda))
+    ]
     if not windows:
         return False
     window = windows[-1]
@@ -239,7 +243,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
         (forward if any(v.forward for v in verdicts) else native).append(row)
 
     def newest(row: MatrixRow) -> tuple[Version, tuple[int, ...]]:
-        return Version(row.torch), _vt(row.cuda or "0")
+        return Version(row.torch), version_key(row.cuda or "0")
 
     return sorted(native, key=newest, reverse=True) + sorted(forward, key=newest, reverse=True)
 

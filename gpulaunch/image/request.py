@@ -19,21 +19,21 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.python_install import Choice, choose_source
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.image.catalog_data import (
-    _CU_VARIANT_RE,
-    _CUDA_RE,
-    _DASH,
-    _PYTHON_RE,
-    _TORCH_RE,
-    _VERSION_RE,
+    CU_VARIANT_RE,
+    CUDA_RE,
+    DASH,
+    PYTHON_RE,
+    TORCH_RE,
     UNVERIFIED,
+    VERSION_RE,
     Catalog,
     Patch,
     T,
     TorchRelease,
     Variant,
-    _join,
-    _vt,
-    _xy,
+    join_names,
+    major_minor,
+    version_key,
 )
 from gpulaunch.masking import has_userinfo, is_secret_name
 
@@ -184,10 +184,10 @@ class MatrixRow:
 
     @property
     def python_range(self) -> str:
-        return f"{self.python_min}{_DASH}{self.python_max}"
+        return f"{self.python_min}{DASH}{self.python_max}"
 
 
-class _CudaReq(NamedTuple):
+class CudaReq(NamedTuple):
     xy: str
     full: str | None
 
@@ -196,21 +196,21 @@ class _CudaReq(NamedTuple):
         return self.full or self.xy
 
 
-class _TorchSel(NamedTuple):
+class TorchSel(NamedTuple):
     release: TorchRelease
     patch: Patch
 
 
-def _parse_cuda(cat: Catalog, value: str | None) -> _CudaReq | str | None:
+def parse_cuda(cat: Catalog, value: str | None) -> CudaReq | str | None:
     """None, "cpu", or a CUDA request whose x.y is known to the catalog."""
     if value is None:
         return None
     text = value.strip().lower()
     if text == "cpu":
         return "cpu"
-    if m := _CU_VARIANT_RE.match(text):
+    if m := CU_VARIANT_RE.match(text):
         text = f"{int(m.group(1))}.{m.group(2)}"
-    m = _CUDA_RE.match(text)
+    m = CUDA_RE.match(text)
     if not m:
         raise CatalogError(
             f'image.cuda: expected a CUDA version like "12.4", "12.4.1", "cu124" or "cpu"; '
@@ -221,9 +221,9 @@ def _parse_cuda(cat: Catalog, value: str | None) -> _CudaReq | str | None:
     known = cat.cuda_xys()
     if xy not in known:
         raise CatalogError(
-            f"image.cuda: unknown CUDA {xy}; nearest known: {_join(_nearest(xy, list(known)))}"
+            f"image.cuda: unknown CUDA {xy}; nearest known: {join_names(_nearest(xy, list(known)))}"
         )
-    return _CudaReq(xy, full)
+    return CudaReq(xy, full)
 
 
 def _parse_cudnn(value: str | None, flavor: str) -> str | None:
@@ -241,7 +241,7 @@ def _parse_python(value: str | None) -> str | None:
     if value is None:
         return None
     text = value.strip()
-    if not _PYTHON_RE.match(text):
+    if not PYTHON_RE.match(text):
         raise CatalogError(f'image.python: expected major.minor like "3.11"; got {value!r}')
     return text
 
@@ -250,10 +250,10 @@ def _newest(items: Iterable[T], key: Callable[[T], str]) -> T:
     """Newest item, preferring rows that are verified (see catalog_data.UNVERIFIED)."""
     pool = list(items)
     trusted = [i for i in pool if getattr(i, "confidence", "high") != UNVERIFIED]
-    return max(trusted or pool, key=lambda i: _vt(key(i)))
+    return max(trusted or pool, key=lambda i: version_key(key(i)))
 
 
-def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
+def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
     """Resolve "2.4.1" / "2.4" / None (newest) / "none" to a catalog row."""
     if value is not None and value.strip().lower() == "none":
         return None
@@ -266,29 +266,28 @@ def _select_torch(cat: Catalog, value: str | None) -> _TorchSel | None:
             if any(v.confidence != UNVERIFIED and verified_image(cat, v) for v in r.variants)
         ]
         release = _newest(ready or cat.releases, lambda r: r.minor)
-        return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+        return TorchSel(release, _newest(release.patches, lambda p: p.torch))
     text = value.strip()
-    m = _TORCH_RE.match(text)
+    m = TORCH_RE.match(text)
     if not m:
         raise CatalogError(
             f'image.torch: expected a version like "2.4.1", "2.4" or "none"; got {value!r}'
         )
     xy = f"{int(m.group(1))}.{int(m.group(2))}"
     for release in cat.releases:
-        if _vt(release.minor) != _vt(xy):
+        if version_key(release.minor) != version_key(xy):
             continue
         if m.group(3) is None:
-            return _TorchSel(release, _newest(release.patches, lambda p: p.torch))
+            return TorchSel(release, _newest(release.patches, lambda p: p.torch))
         for patch in release.patches:
-            if _vt(patch.torch) == _vt(text):
-                return _TorchSel(release, patch)
+            if version_key(patch.torch) == version_key(text):
+                return TorchSel(release, patch)
     known = [p.torch for _, p in cat.patches()]
-    raise CatalogError(
-        f"image.torch: unknown torch version {text}; nearest known: {_join(_nearest(text, known))}"
-    )
+    nearest = join_names(_nearest(text, known))
+    raise CatalogError(f"image.torch: unknown torch version {text}; nearest known: {nearest}")
 
 
-def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None, cat: Catalog | None = None) -> Variant:
+def _choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog | None = None) -> Variant:
     """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
     gpulaunch.catalog.driver_rule.broad_reach). A CUDA the release lists no build for is
     refused only when its build list is complete; otherwise the absence is unknown and an
@@ -305,17 +304,17 @@ def _choose_variant(sel: _TorchSel, cuda: _CudaReq | None, cat: Catalog | None =
         return _unlisted_build(sel, cuda.xy, cat)
     raise CatalogError(
         f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
-        f"available: {_join(v.variant for v in rel.variants)}"
+        f"available: {join_names(v.variant for v in rel.variants)}"
     )
 
 
-def _unlisted_build(sel: _TorchSel, xy: str, cat: Catalog | None) -> Variant:
+def _unlisted_build(sel: TorchSel, xy: str, cat: Catalog | None) -> Variant:
     """A build the catalog neither lists nor knows to be absent (the release's build list is
     partial): offered unverified, with the arch list of the newest earlier build of that CUDA."""
     earlier = [
         v
         for rel in (cat.releases if cat else ())
-        if _vt(rel.minor) < _vt(sel.release.minor)
+        if version_key(rel.minor) < version_key(sel.release.minor)
         for v in rel.variants
         if v.cuda == xy
     ]
@@ -354,7 +353,11 @@ def broad_reach_variant(
 
     def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
         need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
-        return (_vt(need), v.cuda != rel.pypi_default, tuple(-n for n in _vt(v.cuda)))
+        return (
+            version_key(need),
+            v.cuda != rel.pypi_default,
+            tuple(-n for n in version_key(v.cuda)),
+        )
 
     return min(stable, key=key)
 
@@ -375,7 +378,7 @@ def explain_cuda_choice(resolved: ResolvedImage, asked_cuda: str | None = None) 
     )
 
 
-def _check_python(sel: _TorchSel | None, python: str, warnings: list[str]) -> None:
+def check_python(sel: TorchSel | None, python: str, warnings: list[str]) -> None:
     if sel is None or sel.release.python_ok(python):
         return
     if python in sel.release.python_experimental:
@@ -388,21 +391,21 @@ def _check_python(sel: _TorchSel | None, python: str, warnings: list[str]) -> No
 
 
 def _default_python(
-    cat: Catalog, sel: _TorchSel | None, preferred: str, allowed: Sequence[str] = ()
+    cat: Catalog, sel: TorchSel | None, preferred: str, allowed: Sequence[str] = ()
 ) -> str:
     """`preferred` when torch allows it, else the newest Python torch supports up to the cap."""
     if sel is None or sel.release.python_ok(preferred):
         return preferred
     rel = sel.release
-    major, lo = _vt(rel.python_min)
-    hi = min(_vt(rel.python_max)[1], _vt(cat.python_cap)[1])
+    major, lo = version_key(rel.python_min)
+    hi = min(version_key(rel.python_max)[1], version_key(cat.python_cap)[1])
     options = [f"{major}.{minor}" for minor in range(lo, max(lo, hi) + 1)]
     if allowed:
         options = [o for o in options if o in allowed] or options
     return options[-1]
 
 
-def _torch_warnings(sel: _TorchSel, variant: Variant | None, warnings: list[str]) -> None:
+def _torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str]) -> None:
     rel, patch = sel.release, sel.patch
     if variant is not None and variant.confidence == UNVERIFIED:
         why = f" ({variant.note})" if variant.note else ""
@@ -432,7 +435,7 @@ def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> 
         return None
     row = cat.toolkit_drivers.get(cuda)
     if row is None and cuda.count(".") == 1:
-        rows = [d for d in cat.toolkit_drivers.values() if _xy(d.cuda) == cuda]
+        rows = [d for d in cat.toolkit_drivers.values() if major_minor(d.cuda) == cuda]
         row = _newest(rows, lambda d: d.cuda) if rows else None
     if row is None:
         return None
@@ -446,7 +449,7 @@ def min_driver_for(cuda: str, base_image: str | None = None) -> str:
     image's own rule (nvidia/cuda NVIDIA_REQUIRE_CUDA, an NGC release's floor), else a torch
     wheel's minor-version floor (gpulaunch.catalog.driver_rule). Without `base_image`: the
     nvidia/cuda image of that CUDA version."""
-    m = _CUDA_RE.match(cuda.strip())
+    m = CUDA_RE.match(cuda.strip())
     if not m:
         raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
     req = (
@@ -462,14 +465,14 @@ def min_driver_for(cuda: str, base_image: str | None = None) -> str:
 
 def _driver_tuple(driver: str) -> tuple[int, ...]:
     text = driver.strip()
-    if not _VERSION_RE.match(text):
+    if not VERSION_RE.match(text):
         raise CatalogError(f"driver: expected a version like 535.104.05; got {driver!r}")
-    return _vt(text)
+    return version_key(text)
 
 
 def driver_satisfies(driver: str, cuda: str, base_image: str | None = None) -> bool:
     """True when `driver` starts the image for every GPU brand (see min_driver_for)."""
-    return _driver_tuple(driver) >= _vt(min_driver_for(cuda, base_image))
+    return _driver_tuple(driver) >= version_key(min_driver_for(cuda, base_image))
 
 
 _BASE_OS_RE = re.compile(
@@ -482,7 +485,7 @@ def base_os(cat: Catalog, base: str, asked: str | None) -> str | None:
     tag (nvidia/cuda:12.4.1-runtime-ubuntu22.04 -> ubuntu22.04); None when unknown."""
     if asked is not None:
         if asked not in cat.os:
-            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {_join(cat.os)}")
+            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {join_names(cat.os)}")
         return asked
     m = _BASE_OS_RE.search(base)
     name = (m.group(1) or f"ubuntu{m.group(2)}") if m else None
@@ -491,7 +494,7 @@ def base_os(cat: Catalog, base: str, asked: str | None) -> str | None:
 
 def python_source(
     cat: Catalog,
-    sel: _TorchSel | None,
+    sel: TorchSel | None,
     os_name: str,
     python: str,
     requested: str | None,
@@ -519,9 +522,9 @@ def own_python_only(requested: str | None, what: str) -> None:
 
 def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
     """Up to n known versions closest to `wanted` in version order, nearest first."""
-    ordered = sorted(set(known), key=_vt)
-    keys = [_vt(v) for v in ordered]
-    pos = bisect.bisect_left(keys, _vt(wanted))
+    ordered = sorted(set(known), key=version_key)
+    keys = [version_key(v) for v in ordered]
+    pos = bisect.bisect_left(keys, version_key(wanted))
     lo, hi = pos - 1, pos
     out: list[str] = []
     while len(out) < n and (lo >= 0 or hi < len(ordered)):

@@ -13,38 +13,38 @@ from typing import NamedTuple
 from gpulaunch.catalog import driver_rule
 from gpulaunch.errors import CatalogError
 from gpulaunch.image.catalog_data import (
-    _DASH,
-    _TORCH_RE,
+    DASH,
+    TORCH_RE,
     UNVERIFIED,
     Catalog,
     CudaImage,
     NgcRelease,
     Variant,
-    _join,
-    _vt,
-    _xy,
+    join_names,
     load_catalog,
+    major_minor,
+    version_key,
 )
 from gpulaunch.image.request import (
     FLAVORS,
+    CudaReq,
     ImageRequest,
     ResolvedImage,
-    _check_python,
+    TorchSel,
     _choose_variant,
-    _CudaReq,
     _default_python,
     _newest,
-    _parse_cuda,
     _parse_cudnn,
     _parse_python,
     _recommended_driver,
-    _select_torch,
     _torch_warnings,
-    _TorchSel,
     base_os,
+    check_python,
     min_driver_for,
     own_python_only,
+    parse_cuda,
     python_source,
+    select_torch,
 )
 
 
@@ -58,15 +58,15 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
     catalog it read, not the overlay folder listed again per row)."""
     flavor = req.flavor
     if flavor not in FLAVORS:
-        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {_join(FLAVORS)}")
-    cuda = _parse_cuda(cat, req.cuda)
+        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {join_names(FLAVORS)}")
+    cuda = parse_cuda(cat, req.cuda)
     if cuda == "cpu":
         if flavor in ("devel", "ngc"):
             raise CatalogError(f'image.cuda: "cpu" needs flavor cpu; got flavor {flavor}')
         flavor = "cpu"
     elif cuda is not None and flavor == "cpu":
         raise CatalogError(f"image.cuda: flavor cpu has no CUDA; got {req.cuda}")
-    cuda_req = cuda if isinstance(cuda, _CudaReq) else None
+    cuda_req = cuda if isinstance(cuda, CudaReq) else None
     cudnn = _parse_cudnn(req.cudnn, flavor)
     python = _parse_python(req.python)
     if flavor == "ngc":
@@ -74,7 +74,7 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
             raise CatalogError("image.base: an explicit base image cannot be combined with ngc")
         own_python_only(req.python_source, "NGC images")
         return _resolve_ngc(cat, req.torch, cuda_req, cudnn, python, req.os)
-    sel = _select_torch(cat, req.torch)
+    sel = select_torch(cat, req.torch)
     if req.base is not None:
         return _resolve_custom(cat, req, flavor, sel, cuda_req, cudnn, python)
     if flavor == "cpu":
@@ -101,7 +101,7 @@ class _Pins(NamedTuple):
         }
 
 
-def _pins(cat: Catalog, sel: _TorchSel | None, variant: str | None) -> _Pins:
+def _pins(cat: Catalog, sel: TorchSel | None, variant: str | None) -> _Pins:
     if sel is None:
         return _Pins()
     return _Pins(
@@ -114,7 +114,7 @@ def _pins(cat: Catalog, sel: _TorchSel | None, variant: str | None) -> _Pins:
 
 
 def _resolve_cpu(
-    cat: Catalog, sel: _TorchSel | None, python: str | None, os_name: str | None
+    cat: Catalog, sel: TorchSel | None, python: str | None, os_name: str | None
 ) -> ResolvedImage:
     if os_name is not None and os_name != cat.cpu.os:
         raise CatalogError(
@@ -123,11 +123,11 @@ def _resolve_cpu(
         )
     warnings: list[str] = []
     py = python or _default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
-    _check_python(sel, py, warnings)
+    check_python(sel, py, warnings)
     if py not in cat.cpu.pythons:
         raise CatalogError(
             f"image.python: no {cat.cpu.template.format(python=py)} image; "
-            f"available: {cat.cpu.pythons[0]}{_DASH}{cat.cpu.pythons[-1]}"
+            f"available: {cat.cpu.pythons[0]}{DASH}{cat.cpu.pythons[-1]}"
         )
     if sel is not None:
         _torch_warnings(sel, None, warnings)
@@ -153,8 +153,8 @@ def _resolve_custom(
     cat: Catalog,
     req: ImageRequest,
     flavor: str,
-    sel: _TorchSel | None,
-    cuda: _CudaReq | None,
+    sel: TorchSel | None,
+    cuda: CudaReq | None,
     cudnn: str | None,
     python: str | None,
 ) -> ResolvedImage:
@@ -176,7 +176,7 @@ def _resolve_custom(
             f"Python ({req.python_source}) on it"
         )
     py = python or _default_python(cat, sel, cat.os[os_name].python if os_name else cat.cpu_python)
-    _check_python(sel, py, warnings)
+    check_python(sel, py, warnings)
     source = "image"
     if os_name is not None and req.python_source != "image":  # provisioned like a catalog base
         choice = python_source(cat, sel, os_name, py, req.python_source)
@@ -205,11 +205,11 @@ def _resolve_custom(
     )
 
 
-def _check_glibc(cat: Catalog, sel: _TorchSel | None, os_name: str) -> None:
+def _check_glibc(cat: Catalog, sel: TorchSel | None, os_name: str) -> None:
     if sel is None:
         return
     have, need = cat.os[os_name].glibc, sel.release.glibc
-    if _vt(have) < _vt(need):
+    if version_key(have) < version_key(need):
         raise CatalogError(
             f"image.os: torch {sel.patch.torch} wheels need glibc >= {need} "
             f"(manylinux_{need.replace('.', '_')}); {os_name} has {have}"
@@ -224,10 +224,10 @@ def _image_candidates(
     if full is not None:
         exact = [img for img in entries if img.cuda == full]
         if not exact:
-            patches = sorted((img.cuda for img in entries), key=_vt, reverse=True)
+            patches = sorted((img.cuda for img in entries), key=version_key, reverse=True)
             raise CatalogError(
                 f"image.cuda: no {cat.cuda_image} image for CUDA {full}; "
-                f"{xy} images: {_join(patches) or 'none'}"
+                f"{xy} images: {join_names(patches) or 'none'}"
             )
         entries = exact
     if not entries:
@@ -240,16 +240,16 @@ def _image_candidates(
         alternatives = [
             img.cuda for img in cat.cuda_images if img.xy == xy and img.cudnn_major == cudnn
         ]
-        hint = f"; use {_join(alternatives)}" if alternatives else ""
+        hint = f"; use {join_names(alternatives)}" if alternatives else ""
         raise CatalogError(f"image.cudnn: NVIDIA publishes no cuDNN flavor for CUDA {what}{hint}")
     matching = [img for img in with_cudnn if img.cudnn_major == cudnn]
     if not matching:
         shipped = sorted({img.cudnn_major or "" for img in with_cudnn})
         other = sorted(
             {img.xy for img in cat.cuda_images if img.cudnn_major == cudnn},
-            key=_vt,
+            key=version_key,
         )
-        span = f"{other[0]}{_DASH}{other[-1]}" if other else "none"
+        span = f"{other[0]}{DASH}{other[-1]}" if other else "none"
         raise CatalogError(
             f"image.cudnn: CUDA {what} images ship cuDNN {'/'.join(shipped)}, not cuDNN {cudnn}; "
             f"cuDNN {cudnn} images exist for CUDA {span}"
@@ -264,7 +264,7 @@ def _choose_image(
     kind: str,
     cudnn: str | None,
     os_name: str | None,
-    sel: _TorchSel | None,
+    sel: TorchSel | None,
 ) -> tuple[CudaImage, str]:
     entries = _image_candidates(cat, xy, full, cudnn)
     flavor_text = f"{entries[0].cudnn_token}-{kind}" if cudnn else kind
@@ -272,18 +272,18 @@ def _choose_image(
     if os_name is not None:
         ubuntus = [name for name in cat.os if name.startswith("ubuntu")]
         if os_name not in ubuntus:
-            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {_join(ubuntus)}")
+            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {join_names(ubuntus)}")
         _check_glibc(cat, sel, os_name)
         on_os = [img for img in entries if os_name in img.oses(with_cudnn)]
         if not on_os:
             have = sorted({o for img in entries for o in img.oses(with_cudnn)}, key=ubuntus.index)
             raise CatalogError(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image for {os_name}; "
-                f"available: {_join(have) or 'none'}"
+                f"available: {join_names(have) or 'none'}"
             )
     else:
         for name in cat.ubuntu_preference:
-            if sel is not None and _vt(cat.os[name].glibc) < _vt(sel.release.glibc):
+            if sel is not None and version_key(cat.os[name].glibc) < version_key(sel.release.glibc):
                 continue
             on_os = [img for img in entries if name in img.oses(with_cudnn)]
             if on_os:
@@ -308,8 +308,8 @@ def _documented(rows: list[CudaImage]) -> list[CudaImage]:
 def _resolve_cuda(
     cat: Catalog,
     kind: str,
-    sel: _TorchSel | None,
-    cuda: _CudaReq | None,
+    sel: TorchSel | None,
+    cuda: CudaReq | None,
     cudnn: str | None,
     python: str | None,
     os_name: str | None,
@@ -332,7 +332,7 @@ def _resolve_cuda(
     if requested_source == "image":
         raise CatalogError("image.python_source: nvidia/cuda images bring no Python; got image")
     py = python or _default_python(cat, sel, cat.os[os_name].python)
-    _check_python(sel, py, warnings)
+    check_python(sel, py, warnings)
     oses = image.oses(with_cudnn)
     choice = python_source(cat, sel, os_name, py, requested_source, oses)
     source = choice.source
@@ -351,7 +351,7 @@ def _resolve_cuda(
         warnings.append(f"{base_image}: driver rule not read from NVIDIA ({rule.source})")
     same = [i for i in cat.cuda_images if i.xy == image.xy]
     latest = _newest(_documented(same) if image.confidence == "high" else same, lambda i: i.cuda)
-    if _vt(image.cuda) < _vt(latest.cuda):
+    if version_key(image.cuda) < version_key(latest.cuda):
         warnings.append(
             f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
             "NVIDIA deletes superseded tags after EOL, so it may disappear (pin a digest)"
@@ -384,8 +384,8 @@ def _resolve_cuda(
 def _variant_with_image(
     cat: Catalog,
     kind: str,
-    sel: _TorchSel,
-    cuda: _CudaReq | None,
+    sel: TorchSel,
+    cuda: CudaReq | None,
     cudnn: str | None,
     os_name: str | None,
     warnings: list[str],
@@ -403,7 +403,7 @@ def _variant_with_image(
             raise
         others = sorted(
             (v for v in sel.release.variants if v is not default),
-            key=lambda v: (v.status == "stable", _vt(v.cuda)),
+            key=lambda v: (v.status == "stable", version_key(v.cuda)),
             reverse=True,
         )
         for other in others:
@@ -426,7 +426,7 @@ def _newest_image(
     images are all unverified is never the default)."""
     first_error: CatalogError | None = None
     known = {img.xy for img in cat.cuda_images if img.confidence != UNVERIFIED}
-    for xy in sorted(known or {img.xy for img in cat.cuda_images}, key=_vt, reverse=True):
+    for xy in sorted(known or {img.xy for img in cat.cuda_images}, key=version_key, reverse=True):
         try:
             return _choose_image(cat, xy, None, kind, cudnn, os_name, None)
         except CatalogError as err:
@@ -438,7 +438,7 @@ def _newest_image(
 def _resolve_ngc(
     cat: Catalog,
     torch: str | None,
-    cuda: _CudaReq | None,
+    cuda: CudaReq | None,
     cudnn: str | None,
     python: str | None,
     os_name: str | None,
@@ -448,7 +448,7 @@ def _resolve_ngc(
     torch_xy: str | None = None
     if torch is not None:
         text = torch.strip()
-        m = _TORCH_RE.match(text)
+        m = TORCH_RE.match(text)
         if text.lower() == "none" or not m:
             raise CatalogError(
                 f"image.torch: flavor ngc ships NVIDIA's torch; give a version like 2.4 "
@@ -457,15 +457,17 @@ def _resolve_ngc(
         torch_xy = f"{int(m.group(1))}.{int(m.group(2))}"
         rows = [r for r in rows if r.torch_xy == torch_xy]
         if not rows:
-            minors = sorted({r.torch_xy for r in cat.ngc}, key=_vt)
+            minors = sorted({r.torch_xy for r in cat.ngc}, key=version_key)
             raise CatalogError(
                 f"image.torch: no NGC PyTorch container ships torch {torch_xy}; "
-                f"available: {_join(minors)}"
+                f"available: {join_names(minors)}"
             )
     if cuda is not None:
-        with_cuda = [r for r in rows if _xy(r.cuda) == cuda.xy and (cuda.full in (None, r.cuda))]
+        with_cuda = [
+            r for r in rows if major_minor(r.cuda) == cuda.xy and (cuda.full in (None, r.cuda))
+        ]
         if not with_cuda:
-            tags = _join(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
+            tags = join_names(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
             raise CatalogError(
                 f"image.cuda: no NGC PyTorch container with CUDA {cuda.text}; candidates: {tags}"
             )
@@ -476,7 +478,7 @@ def _resolve_ngc(
             oses = sorted({r.os for r in rows})
             raise CatalogError(
                 f"image.os: no matching NGC PyTorch container on {os_name}; "
-                f"available: {_join(oses)}"
+                f"available: {join_names(oses)}"
             )
         rows = on_os
     if python is not None:

@@ -148,7 +148,7 @@ def _validated_copy() -> dict[str, Any] | None:
 
 
 @lru_cache(maxsize=1)
-def _builtin_specs() -> dict[str, ProfileSpec]:
+def builtin_specs() -> dict[str, ProfileSpec]:
     """The built-in profiles, validated: from the validated copy (views, no pydantic) when it
     is current and well formed, else through the pydantic models."""
     from gpulaunch.configview import decode
@@ -247,7 +247,7 @@ def validate_nccl_presets() -> dict[str, NcclPreset]:
             label=preset.label,
             description=" ".join(preset.description.split()),
             env=dict(preset.env),
-            docker=_docker_dict(preset.docker),
+            docker=docker_dict(preset.docker),
             ifname_default=preset.ifname_default,
             log_dir_host=preset.log_dir.host if preset.log_dir else None,
             log_dir_container=preset.log_dir.container if preset.log_dir else None,
@@ -283,10 +283,10 @@ def env_name_rules() -> dict[str, EnvNameRule]:
 
 def check_env_names(env: Mapping[str, str]) -> list[str]:
     """Warnings for deprecated, renamed, removed or invented variable names and legacy values."""
-    return [message for _, message, _ in _name_findings(env)]
+    return [message for _, message, _ in name_findings(env)]
 
 
-def _name_findings(env: Mapping[str, str]) -> list[tuple[str, str, EnvNameRule | None]]:
+def name_findings(env: Mapping[str, str]) -> list[tuple[str, str, EnvNameRule | None]]:
     names, values = _env_rules()
     found: list[tuple[str, str, EnvNameRule | None]] = []
     for key in sorted(env):
@@ -356,7 +356,7 @@ def _nvlink_state(lib: Any) -> str | None:
     return "pcie"
 
 
-def _docker_dict(options: Any) -> dict[str, Any]:
+def docker_dict(options: Any) -> dict[str, Any]:
     """Set docker options only (None and empty lists/dicts mean "not set")."""
     out: dict[str, Any] = {}
     for key in DOCKER_KEYS:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.launch.presets import DOCKER_KEYS, _docker_dict
+from gpulaunch.launch.presets import DOCKER_KEYS, docker_dict
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProfileSpec, ProjectConfig
@@ -21,9 +21,9 @@ from gpulaunch.launch.presets import (
     ALLOC_VAR,
     LEGACY_ALLOC_VAR,
     PRECISIONS,
-    _builtin_specs,
-    _name_findings,
+    builtin_specs,
     gpu_compute_capability,
+    name_findings,
     nccl_presets,
     precision_env,
 )
@@ -93,7 +93,7 @@ class _Entry:
 
 
 def _namespace(config: ProjectConfig | None) -> dict[str, _Entry]:
-    table = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+    table = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in builtin_specs().items()}
     if config is not None:
         table.update({n: _Entry(n, CONFIG_ORIGIN, s) for n, s in config.profiles.items()})
     return table
@@ -120,7 +120,7 @@ class _Chains:
 
     def __init__(self, table: Mapping[str, _Entry]) -> None:
         self.table = table
-        self.builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in _builtin_specs().items()}
+        self.builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in builtin_specs().items()}
         self.checked: set[tuple[str, str]] = set()
 
     def parent(self, current: _Entry) -> _Entry | None:
@@ -203,7 +203,7 @@ def _profile_layer(entry: _Entry) -> _Layer:
         value = getattr(spec, key)
         if value is not None:
             layer.settings[key] = (value, entry.source, f"{entry.path}.{key}")
-    layer.docker = _docker_dict(spec.docker)
+    layer.docker = docker_dict(spec.docker)
     return layer
 
 
@@ -458,7 +458,7 @@ def _check_precision_hardware(
 
 def _apply_name_rules(env: dict[str, Sourced], warnings: list[str]) -> None:
     plain = {key: str(item.value) for key, item in env.items()}
-    for key, message, rule in _name_findings(plain):
+    for key, message, rule in name_findings(plain):
         item = env.get(key)
         if item is None:
             continue

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulaunch.cpulist import _parse_cpumask, parse_cpulist
+from gpulaunch.cpulist import parse_cpulist, parse_cpumask
 
 SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
 _NVIDIA_VENDOR = 0x10DE
@@ -181,7 +181,7 @@ def _read_local_cpus(dev: Path) -> frozenset[int]:
         if text is not None:
             return parse_cpulist(text)
         text = _read(dev / "local_cpus")
-        return _parse_cpumask(text) if text is not None else frozenset()
+        return parse_cpumask(text) if text is not None else frozenset()
     except ValueError:
         return frozenset()
 

@@ -212,11 +212,11 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
 
 
 def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> None:
-    from gpulaunch.project.requirements import _split_options
+    from gpulaunch.project.requirements import split_options
 
     texts = []
     for line in lines:
-        req, options = _split_options(line)
+        req, options = split_options(line)
         if options:
             project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
         elif req:

@@ -155,7 +155,7 @@ def _strip_comment(line: str) -> str:
     return line[: found.start() + 1] if found else line
 
 
-def _split_options(text: str) -> tuple[str, list[str]]:
+def split_options(text: str) -> tuple[str, list[str]]:
     """pip's split: the requirement is everything before the first token starting with `-`."""
     words = text.split()
     for i, word in enumerate(words):
@@ -221,7 +221,7 @@ class _Reader:
     def line(self, path: Path, rel: str, line: Line, record: ReqFile, role: str) -> None:
         where = f"{rel}:{line.first}"
         refuse_credential(line.text, where, self.project)
-        req_text, tokens = _split_options(line.text)
+        req_text, tokens = split_options(line.text)
         pairs = _option_pairs(tokens)
         for name, value in pairs:
             if name in _INCLUDE and value:
