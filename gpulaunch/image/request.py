@@ -226,7 +226,7 @@ def parse_cuda(cat: Catalog, value: str | None) -> CudaReq | str | None:
     return CudaReq(xy, full)
 
 
-def _parse_cudnn(value: str | None, flavor: str) -> str | None:
+def parse_cudnn(value: str | None, flavor: str) -> str | None:
     if value is None:
         return None
     text = value.strip()
@@ -237,7 +237,7 @@ def _parse_cudnn(value: str | None, flavor: str) -> str | None:
     return text
 
 
-def _parse_python(value: str | None) -> str | None:
+def parse_python(value: str | None) -> str | None:
     if value is None:
         return None
     text = value.strip()
@@ -246,7 +246,7 @@ def _parse_python(value: str | None) -> str | None:
     return text
 
 
-def _newest(items: Iterable[T], key: Callable[[T], str]) -> T:
+def newest_of(items: Iterable[T], key: Callable[[T], str]) -> T:
     """Newest item, preferring rows that are verified (see catalog_data.UNVERIFIED)."""
     pool = list(items)
     trusted = [i for i in pool if getattr(i, "confidence", "high") != UNVERIFIED]
@@ -265,8 +265,8 @@ def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
             for r in cat.releases
             if any(v.confidence != UNVERIFIED and verified_image(cat, v) for v in r.variants)
         ]
-        release = _newest(ready or cat.releases, lambda r: r.minor)
-        return TorchSel(release, _newest(release.patches, lambda p: p.torch))
+        release = newest_of(ready or cat.releases, lambda r: r.minor)
+        return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
     text = value.strip()
     m = TORCH_RE.match(text)
     if not m:
@@ -278,7 +278,7 @@ def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
         if version_key(release.minor) != version_key(xy):
             continue
         if m.group(3) is None:
-            return TorchSel(release, _newest(release.patches, lambda p: p.torch))
+            return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
         for patch in release.patches:
             if version_key(patch.torch) == version_key(text):
                 return TorchSel(release, patch)
@@ -287,7 +287,7 @@ def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
     raise CatalogError(f"image.torch: unknown torch version {text}; nearest known: {nearest}")
 
 
-def _choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog | None = None) -> Variant:
+def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog | None = None) -> Variant:
     """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
     gpulaunch.catalog.driver_rule.broad_reach). A CUDA the release lists no build for is
     refused only when its build list is complete; otherwise the absence is unknown and an
@@ -390,7 +390,7 @@ def check_python(sel: TorchSel | None, python: str, warnings: list[str]) -> None
     )
 
 
-def _default_python(
+def default_python(
     cat: Catalog, sel: TorchSel | None, preferred: str, allowed: Sequence[str] = ()
 ) -> str:
     """`preferred` when torch allows it, else the newest Python torch supports up to the cap."""
@@ -405,7 +405,7 @@ def _default_python(
     return options[-1]
 
 
-def _torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str]) -> None:
+def torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str]) -> None:
     rel, patch = sel.release, sel.patch
     if variant is not None and variant.confidence == UNVERIFIED:
         why = f" ({variant.note})" if variant.note else ""
@@ -429,14 +429,14 @@ def _torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str])
         warnings.append(f"catalog data for {what} is unverified; check it before relying on it")
 
 
-def _recommended_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
+def toolkit_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
     """Driver bundled with the toolkit: exact patch, or the newest known patch of an x.y."""
     if cuda is None:
         return None
     row = cat.toolkit_drivers.get(cuda)
     if row is None and cuda.count(".") == 1:
         rows = [d for d in cat.toolkit_drivers.values() if major_minor(d.cuda) == cuda]
-        row = _newest(rows, lambda d: d.cuda) if rows else None
+        row = newest_of(rows, lambda d: d.cuda) if rows else None
     if row is None:
         return None
     if row.confidence == UNVERIFIED:

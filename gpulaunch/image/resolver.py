@@ -31,20 +31,20 @@ from gpulaunch.image.request import (
     ImageRequest,
     ResolvedImage,
     TorchSel,
-    _choose_variant,
-    _default_python,
-    _newest,
-    _parse_cudnn,
-    _parse_python,
-    _recommended_driver,
-    _torch_warnings,
     base_os,
     check_python,
+    choose_variant,
+    default_python,
     min_driver_for,
+    newest_of,
     own_python_only,
     parse_cuda,
+    parse_cudnn,
+    parse_python,
     python_source,
     select_torch,
+    toolkit_driver,
+    torch_warnings,
 )
 
 
@@ -67,8 +67,8 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
     elif cuda is not None and flavor == "cpu":
         raise CatalogError(f"image.cuda: flavor cpu has no CUDA; got {req.cuda}")
     cuda_req = cuda if isinstance(cuda, CudaReq) else None
-    cudnn = _parse_cudnn(req.cudnn, flavor)
-    python = _parse_python(req.python)
+    cudnn = parse_cudnn(req.cudnn, flavor)
+    python = parse_python(req.python)
     if flavor == "ngc":
         if req.base is not None:
             raise CatalogError("image.base: an explicit base image cannot be combined with ngc")
@@ -122,7 +122,7 @@ def _resolve_cpu(
             f"(os {cat.cpu.os}); got {os_name}"
         )
     warnings: list[str] = []
-    py = python or _default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
+    py = python or default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
     check_python(sel, py, warnings)
     if py not in cat.cpu.pythons:
         raise CatalogError(
@@ -130,7 +130,7 @@ def _resolve_cpu(
             f"available: {cat.cpu.pythons[0]}{DASH}{cat.cpu.pythons[-1]}"
         )
     if sel is not None:
-        _torch_warnings(sel, None, warnings)
+        torch_warnings(sel, None, warnings)
     pins = _pins(cat, sel, "cpu")
     return ResolvedImage(
         flavor="cpu",
@@ -165,7 +165,7 @@ def _resolve_custom(
         cuda_text = None
     else:
         if sel is not None:
-            variant = _choose_variant(sel, cuda, cat)
+            variant = choose_variant(sel, cuda, cat)
         variant_name = variant.variant if variant else None
         cuda_text = cuda.text if cuda else (variant.cuda if variant else None)
     base = req.base or ""
@@ -175,7 +175,7 @@ def _resolve_custom(
             f"image.os: gpulaunch cannot tell {base}'s OS; set image.os so it can install "
             f"Python ({req.python_source}) on it"
         )
-    py = python or _default_python(cat, sel, cat.os[os_name].python if os_name else cat.cpu_python)
+    py = python or default_python(cat, sel, cat.os[os_name].python if os_name else cat.cpu_python)
     check_python(sel, py, warnings)
     source = "image"
     if os_name is not None and req.python_source != "image":  # provisioned like a catalog base
@@ -186,7 +186,7 @@ def _resolve_custom(
     elif python is None:
         warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
     if sel is not None:
-        _torch_warnings(sel, variant, warnings)
+        torch_warnings(sel, variant, warnings)
     pins = _pins(cat, sel, variant_name)
     return ResolvedImage(
         flavor=flavor,
@@ -198,7 +198,7 @@ def _resolve_custom(
         cuda=cuda_text,
         cudnn=cudnn,
         min_driver=min_driver_for(cuda_text, base) if cuda_text else None,
-        recommended_driver=_recommended_driver(cat, cuda_text, warnings),
+        recommended_driver=toolkit_driver(cat, cuda_text, warnings),
         cuda_archs=variant.archs if variant else (),
         ngc_tag=None,
         warnings=tuple(warnings),
@@ -295,7 +295,7 @@ def _choose_image(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image on an Ubuntu{who}"
             )
     pool = _documented(on_os) if full is None else on_os
-    return _newest(pool, lambda img: img.cuda), os_name
+    return newest_of(pool, lambda img: img.cuda), os_name
 
 
 def _documented(rows: list[CudaImage]) -> list[CudaImage]:
@@ -331,7 +331,7 @@ def _resolve_cuda(
 
     if requested_source == "image":
         raise CatalogError("image.python_source: nvidia/cuda images bring no Python; got image")
-    py = python or _default_python(cat, sel, cat.os[os_name].python)
+    py = python or default_python(cat, sel, cat.os[os_name].python)
     check_python(sel, py, warnings)
     oses = image.oses(with_cudnn)
     choice = python_source(cat, sel, os_name, py, requested_source, oses)
@@ -350,14 +350,14 @@ def _resolve_cuda(
         rule = driver_rule.cuda_image_requirement(image.cuda)
         warnings.append(f"{base_image}: driver rule not read from NVIDIA ({rule.source})")
     same = [i for i in cat.cuda_images if i.xy == image.xy]
-    latest = _newest(_documented(same) if image.confidence == "high" else same, lambda i: i.cuda)
+    latest = newest_of(_documented(same) if image.confidence == "high" else same, lambda i: i.cuda)
     if version_key(image.cuda) < version_key(latest.cuda):
         warnings.append(
             f"{base_image} is not the newest CUDA {image.xy} patch ({latest.cuda}); "
             "NVIDIA deletes superseded tags after EOL, so it may disappear (pin a digest)"
         )
     if sel is not None:
-        _torch_warnings(sel, variant, warnings)
+        torch_warnings(sel, variant, warnings)
         if with_cudnn:
             warnings.append(
                 f"torch {sel.patch.torch} wheels bundle their own cuDNN; "
@@ -374,7 +374,7 @@ def _resolve_cuda(
         cuda=image.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(image.cuda, base_image),
-        recommended_driver=_recommended_driver(cat, image.cuda, warnings),
+        recommended_driver=toolkit_driver(cat, image.cuda, warnings),
         cuda_archs=variant.archs if variant else (),
         ngc_tag=None,
         warnings=tuple(warnings),
@@ -392,7 +392,7 @@ def _variant_with_image(
 ) -> tuple[Variant, CudaImage, str]:
     """Variant and image together: without an explicit CUDA, fall back to another stable
     variant when the default one has no image for the requested OS / cuDNN."""
-    default = _choose_variant(sel, cuda, cat)
+    default = choose_variant(sel, cuda, cat)
     try:
         image, chosen_os = _choose_image(
             cat, default.cuda, cuda.full if cuda else None, kind, cudnn, os_name, sel
@@ -482,7 +482,7 @@ def _resolve_ngc(
             )
         rows = on_os
     if python is not None:
-        best = _newest(rows, _ngc_key)
+        best = newest_of(rows, _ngc_key)
         with_py = [r for r in rows if r.python == python]
         if not with_py:
             raise CatalogError(
@@ -493,12 +493,12 @@ def _resolve_ngc(
     if cudnn is not None:
         with_cudnn = [r for r in rows if r.cudnn is None or r.cudnn.split(".")[0] == cudnn]
         if not with_cudnn:
-            best = _newest(rows, _ngc_key)
+            best = newest_of(rows, _ngc_key)
             raise CatalogError(
                 f"image.cudnn: NGC {best.tag} ships cuDNN {best.cudnn}; got cuDNN {cudnn}"
             )
         rows = with_cudnn
-    row = _newest(rows, _ngc_key)
+    row = newest_of(rows, _ngc_key)
     if row.confidence == UNVERIFIED:
         warnings.append(
             f"NGC {row.tag} versions (torch {row.torch}, CUDA {row.cuda}) are unverified "
@@ -522,7 +522,7 @@ def _resolve_ngc(
         cuda=row.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(row.cuda, cat.ngc_image.format(tag=row.tag)),
-        recommended_driver=_recommended_driver(cat, row.cuda, warnings),
+        recommended_driver=toolkit_driver(cat, row.cuda, warnings),
         cuda_archs=(),
         ngc_tag=row.tag,
         warnings=tuple(warnings),
