@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, runtime_error
 from gpulaunch.engine.docker_api import is_remote
+from gpulaunch.engine.podman import engine_kind
 from gpulaunch.errors import GpulaunchError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -74,14 +75,24 @@ def _engine_checks(engine: Any, config: Any | None, checks: list[Check]) -> dict
             fix = "docker context ls: choose an existing context (docker context use NAME)"
         checks.append(Check("engine", FAIL, err.message, fix))
         return {}
-    checks.append(Check("engine", OK, f"reachable at {where}"))
+    kind = engine_kind(version, info)
+    if kind.podman:
+        kind = engine.kind()  # rootless or not: Podman says it in its own info only
+    checks.append(Check("engine", OK, f"{kind.describe()}, reachable at {where}"))
+    checks.append(_mode_check(kind, info))
     api = str(version.get("ApiVersion", "?"))
     detail = f"Docker {version.get('Version', '?')}, API {api}"
+    if kind.podman:
+        detail = f"Podman {kind.version}, Docker-compatible API {api}"
     if _vt(api) >= MIN_API:
         checks.append(Check("API version", OK, detail))
     else:
         fix = "upgrade Docker to 19.03 or newer (GPU requests need API 1.40)"
         checks.append(Check("API version", FAIL, detail, fix))
+    if kind.podman:
+        checks.append(_podman_builder(engine))
+        checks.append(_cdi_check(engine))
+        return dict(info)
     cli = engine.docker_cli()
     if cli is None:
         fix = "install the docker buildx plugin (docker-buildx-plugin); classic builds work"
@@ -92,6 +103,45 @@ def _engine_checks(engine: Any, config: Any | None, checks: list[Check]) -> dict
         checks.append(Check("BuildKit", OK, f"built-in, DOCKER_BUILDKIT=1 ({cli.path})"))
     checks.append(_runtime_check(engine, info, tags, config))
     return dict(info)
+
+
+def _mode_check(kind: Any, info: Mapping[str, Any]) -> Check:
+    """Rootless or not, and the cgroup version: what limits and file ownership depend on."""
+    mode = {True: "rootless", False: "rootful", None: "rootful or rootless: not said"}
+    cgroup = info.get("CgroupVersion")
+    driver = info.get("CgroupDriver")
+    where = f"cgroup v{cgroup}" if cgroup else "cgroup version not said"
+    detail = f"{mode[kind.rootless]}, {where}" + (f" ({driver})" if driver else "")
+    if kind.rootless and str(cgroup) == "1":
+        fix = "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1): rootless needs it"
+        return Check("engine mode", WARN, detail + ": --memory and --cpuset are not applied", fix)
+    return Check("engine mode", OK, detail)
+
+
+def _podman_builder(engine: Any) -> Check:
+    """Podman's API has no BuildKit session: `podman build` (Buildah) builds instead."""
+    podman = engine.podman_cli()
+    if podman is None:
+        fix = "install podman (its CLI builds with Buildah), or build with --builder classic"
+        return Check("BuildKit", WARN, "Podman's API has no BuildKit; no podman CLI", fix)
+    return Check("BuildKit", OK, f"podman build (Buildah, {podman.path}): cache and secret mounts")
+
+
+def _cdi_check(engine: Any) -> Check:
+    """On Podman GPUs go through CDI: which NVIDIA devices the engine's CDI specs define."""
+    from gpulaunch.engine.podman import CDI_DIRS, CDI_FIX, CDI_GPU_KIND
+
+    if is_remote(engine.host):
+        fix = "run gpulaunch doctor on the engine's machine for its CDI specs"
+        detail = "the engine is remote: its CDI specs are not on this machine"
+        return Check("NVIDIA runtime", WARN, detail, fix)
+    found = engine.cdi_devices()
+    gpus = sorted(n for n in found if n.startswith(CDI_GPU_KIND + "="))
+    if not gpus:
+        detail = f"Podman hands GPUs over through CDI: no spec in {', '.join(CDI_DIRS)}"
+        return Check("NVIDIA runtime", FAIL, detail, CDI_FIX)
+    files = sorted({found[n] for n in gpus})
+    return Check("NVIDIA runtime", OK, f"CDI {', '.join(gpus)} ({', '.join(files)})")
 
 
 def _runtime_check(engine: Any, info: dict[str, Any], tags: list[str], config: Any) -> Check:

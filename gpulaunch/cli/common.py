@@ -101,12 +101,13 @@ def print_warnings(plan: Any) -> None:
 def run_line(plan: Any, detach: bool = False) -> str:
     """What a plan runs, as one shell line with secrets masked: `env ... CMD` on the host, the
     `docker run` line for a container (what --dry-run prints and `rerun` shows first)."""
-    from gpulaunch.engine.runspec import docker_run_argv, shell_line
+    from gpulaunch.engine.docker_api import Engine
+    from gpulaunch.engine.runspec import engine_run_argv, shell_line
     from gpulaunch.masking import mask, mask_env
 
     if plan.host_mode:
         env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
         return mask(shell_line(["env", *env_args, *plan.run.command]))
     shown = dataclasses.replace(plan.run, env=mask_env(plan.run.env))
-    run_argv = docker_run_argv(shown, detach=detach)
+    run_argv = engine_run_argv(shown, Engine().known_kind(), detach=detach)  # podman run there
     return mask(shell_line([mask(a) if a.count("=") else a for a in run_argv]))

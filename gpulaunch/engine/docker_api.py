@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from gpulaunch.errors import (
 if TYPE_CHECKING:
     from gpulaunch.engine.api.address import Address
     from gpulaunch.engine.api.http import Transport
+    from gpulaunch.engine.podman import EngineKind, PodmanCli
 
 MANAGED_LABEL = "io.gpulaunch.managed"
 RUN_ID_LABEL = "io.gpulaunch.run-id"  # set only by `gpulaunch run`, never by an image
@@ -45,6 +47,8 @@ PROJECT_LABEL = "io.gpulaunch.project"
 PROBE_SUFFIX = "-gpu-probe"  # ci/gpus.py's throw-away container: gl-PROJECT-RUNID-gpu-probe
 RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # runspec.new_run_id's format only
 PING_TIMEOUT_S = 5  # connecting and the first ping: a hung engine must fail fast
+# limits Podman sets itself once a container asks for any (see podman.libpod_spec)
+PODMAN_OWN_LIMITS = frozenset({"nofile"})
 
 
 def engine_address(env: Mapping[str, str]) -> str:
@@ -52,9 +56,22 @@ def engine_address(env: Mapping[str, str]) -> str:
     the active docker context, else the default socket (`api.address.resolve`: docker's
     rules). EngineError when that context cannot be read, ConfigError when docker would not
     take the address. Everything that asks "is the engine on this machine?" asks here."""
-    from gpulaunch.engine.api.address import resolve
+    return resolve_address(env).url
 
-    return resolve(env).url
+
+def resolve_address(env: Mapping[str, str]) -> Address:
+    """`api.address.resolve` (docker's rules), and one step more where they end at docker's
+    default socket and this user cannot reach an engine there (no socket, or not theirs to
+    open): the user's own rootless Podman socket, `$XDG_RUNTIME_DIR/podman/podman.sock`,
+    when it exists. A DOCKER_HOST or a docker context always wins."""
+    from gpulaunch.engine.api.address import parse, resolve
+    from gpulaunch.engine.podman import rootless_socket
+
+    address = resolve(env)
+    if env.get("DOCKER_HOST") or address.socket is None or address.url != parse("").url:
+        return address
+    podman = rootless_socket(env, address.socket)
+    return address if podman is None else parse(f"unix://{podman}")
 
 
 def is_remote(host: str) -> bool:
@@ -78,14 +95,14 @@ class Engine:
         self._images: dict[str, Any] = {}  # image id -> api.containers.Image or None
         self._cli: DockerCli | bool | None = False  # False = not probed yet
         self._identity: str | None = None
+        self._kind: EngineKind | None = None
+        self._podman_no_rlimits = False  # see _podman_limits_refused
 
     # -- connection -------------------------------------------------------------------
     @property
     def address(self) -> Address:
-        """Where the engine is and the TLS that reaches it (`api.address.resolve`)."""
-        from gpulaunch.engine.api.address import resolve
-
-        return resolve(self.env)
+        """Where the engine is and the TLS that reaches it (`resolve_address`)."""
+        return resolve_address(self.env)
 
     @property
     def host(self) -> str:
@@ -149,12 +166,53 @@ class Engine:
             raise EngineError(f"{what}: {_short(err)}") from None
 
     def identity(self) -> str:
-        """Which engine this is, for caches of what it can do: its ID, version and kernel."""
+        """Which engine this is, for caches of what it can do: its ID, version and kernel.
+        Podman's Docker-style /info answers a new random ID each time: there its address
+        stands in for the ID."""
         if self._identity is None:
             info = self._ask("/info", "cannot read the engine's info")
-            parts = (info.get("ID"), info.get("ServerVersion"), info.get("KernelVersion"))
+            ident = f"podman {self.host}" if self.kind().podman else info.get("ID")
+            parts = (ident, info.get("ServerVersion"), info.get("KernelVersion"))
             self._identity = "|".join(str(p) for p in parts)[:400]
         return self._identity
+
+    def kind(self) -> EngineKind:
+        """Docker or Podman, from the engine's `/version` answer (asked once; on Podman its
+        `/info` too: rootless or not decides the user namespace). An engine that does not
+        answer counts as Docker: its next call says what is wrong."""
+        from gpulaunch.engine.api.http import ApiError
+        from gpulaunch.engine.podman import (
+            LIBPOD_INFO,
+            EngineKind,
+            engine_kind,
+            known_kind,
+            podman_rootless,
+            remember_kind,
+        )
+
+        if self._kind is None:
+            try:
+                version = self.api().call("GET", "/version")
+                found = engine_kind(version) if isinstance(version, dict) else None
+                if found is not None and found.podman:
+                    found = podman_rootless(found, self.api().call("GET", LIBPOD_INFO))
+            except ApiError:
+                found = None
+            self._kind = found or EngineKind("docker", "?")
+            if found is not None and known_kind(self.host) != found:
+                remember_kind(self.host, found)  # for --dry-run, which asks no daemon
+        return self._kind
+
+    def known_kind(self) -> EngineKind | None:
+        """What a real command found at this address (for --dry-run: no daemon is asked);
+        None when not known or the address cannot be read (the run itself will say why)."""
+        from gpulaunch.engine.podman import known_kind
+        from gpulaunch.errors import GpulaunchError
+
+        try:
+            return known_kind(self.host)
+        except GpulaunchError:
+            return None
 
     def refused_ulimits(self) -> set[str]:
         """The ulimits this engine refused on an earlier run (remembered for a day)."""
@@ -202,14 +260,26 @@ class Engine:
         env["DOCKER_BUILDKIT"] = "1"
         return env
 
+    def podman_cli(self) -> PodmanCli | None:
+        """`podman` on PATH, aimed at this engine: how a build on Podman reaches Buildah."""
+        from gpulaunch.engine.podman import find_cli
+
+        found = find_cli(self.env)
+        return None if found is None else replace(found, url=self.host)
+
     def builder_key(self) -> tuple[object, ...]:
         """What `builder_kind` depends on, without probing (for the tag cache's key)."""
         from gpulaunch.engine.replies import cli_key
 
-        return cli_key(self._cli_env())
+        podman = self.podman_cli()
+        return (*cli_key(self._cli_env()), None if podman is None else podman.path)
 
     def builder_kind(self) -> Builder:
-        return "buildkit" if self.docker_cli() is not None else "classic"
+        """BuildKit's Dockerfile (cache, bind and secret mounts) when a client can build it:
+        the docker CLI with BuildKit, or podman (Buildah), decided without a daemon."""
+        if self.docker_cli() is not None or self.podman_cli() is not None:
+            return "buildkit"
+        return "classic"
 
     # -- images -----------------------------------------------------------------------
     def image_exists(self, ref: str) -> bool:
@@ -276,7 +346,18 @@ class Engine:
         """Build an image, reporting each output line; BuildError on failure.
 
         builder "classic" forces the SDK's legacy builder even where BuildKit is available.
+        On Podman, whose API has no BuildKit session, `podman build` (Buildah) builds.
         """
+        if builder != "classic" and self.kind().podman:
+            podman = self.podman_cli()
+            if podman is None:
+                raise EngineError(
+                    "the engine is Podman: its API has no BuildKit, and no podman CLI (Buildah) "
+                    "was found on PATH",
+                    hint="install podman, or use --builder classic",
+                )
+            self._build_cli(podman, req, on_line)
+            return
         cli = self.docker_cli()
         if builder == "buildkit" and cli is None:
             raise EngineError(
@@ -311,7 +392,7 @@ class Engine:
             finally:
                 shutil.rmtree(context, ignore_errors=True)
         if code != 0:
-            raise BuildError(f"docker build failed (exit {code})")
+            raise BuildError(f"{Path(cli.path).name} build failed (exit {code})")
 
     def _run_cli(self, cli: DockerCli, argv: list[str], on_line: Callable[[str], None]) -> int:
         on_line("$ " + " ".join(argv))
@@ -390,6 +471,88 @@ class Engine:
         for extra_tag in req.tags[1:]:
             self.tag(req.tags[0], extra_tag)
 
+    # -- prune: the project's older images (the docker SDK, `image/prune.py` decides) ----
+    def _sdk_call(self, what: str, call: Callable[[Any], Any]) -> Any:
+        """`call(client.api)` with the API deadline; an engine error is EngineError "WHAT: …"."""
+        import requests
+        from docker.errors import DockerException
+
+        try:
+            return call(self.client().api)
+        except (DockerException, requests.RequestException) as err:
+            raise EngineError(f"{what}: {_short(err)}") from None
+
+    def managed_images(self) -> list[dict[str, Any]]:
+        """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
+        one dict each: id, tags, created (seconds), size (bytes, shared layers included),
+        labels. Which of them a project owns is `image.prune.owned`'s rule, not this list's."""
+        rows = self._sdk_call(
+            "cannot list images",
+            lambda api: api.images(filters={"label": f"{MANAGED_LABEL}=true"}),
+        )
+        found = []
+        for row in rows or []:
+            if not isinstance(row, dict):
+                continue
+            tags = row.get("RepoTags") or []
+            labels = row.get("Labels") or {}
+            found.append(
+                {
+                    "id": str(row.get("Id") or ""),
+                    "tags": [t for t in tags if isinstance(t, str) and t != "<none>:<none>"],
+                    "created": self._count(row.get("Created")),
+                    "size": self._count(row.get("Size")),
+                    "labels": {str(k): str(v) for k, v in labels.items()}
+                    if isinstance(labels, dict)
+                    else {},
+                }
+            )
+        return found
+
+    @staticmethod
+    def _count(value: Any) -> int:
+        """A non-negative whole number from an engine reply (anything else: 0)."""
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    def image_users(self) -> list[dict[str, str]]:
+        """Every container in the engine, in any state and whoever made it, with the id of the
+        image it uses (name, state, image_id): an image one of them uses is never pruned."""
+        rows = self._sdk_call("cannot list containers", lambda api: api.containers(all=True))
+        found = []
+        for row in rows or []:
+            if not isinstance(row, dict):
+                continue
+            names = [str(n).lstrip("/") for n in row.get("Names") or []]
+            found.append(
+                {
+                    "name": names[0] if names else str(row.get("Id") or "")[:12],
+                    "state": str(row.get("State") or ""),
+                    "image_id": str(row.get("ImageID") or ""),
+                }
+            )
+        return found
+
+    def remove_image(self, ref: str) -> dict[str, str]:
+        """Remove an image by id, or one tag of it, never forced: the engine itself refuses an
+        image a container (running or stopped) uses, and an id that more than one reference
+        names. {"outcome": "deleted" | "untagged" | "gone" | "refused", "reason": the engine's
+        refusal}; other engine errors are EngineError."""
+        import requests
+        from docker.errors import APIError, DockerException, NotFound
+
+        try:
+            answer = self.client().api.remove_image(ref, force=False, noprune=False)
+        except NotFound:
+            return {"outcome": "gone", "reason": ""}
+        except APIError as err:
+            if err.status_code == 409:
+                return {"outcome": "refused", "reason": _short(err)}
+            raise EngineError(f"cannot remove image {ref}: {_short(err)}") from None
+        except (DockerException, requests.RequestException) as err:
+            raise EngineError(f"cannot remove image {ref}: {_short(err)}") from None
+        deleted = any(isinstance(item, dict) and item.get("Deleted") for item in answer or [])
+        return {"outcome": "deleted" if deleted else "untagged", "reason": ""}
+
     # -- containers (the stdlib client: `run` and ps/logs/stop never import the SDK) -----
     def create_container(
         self, body: dict[str, Any], before_start: Callable[[Any], None] | None = None
@@ -407,14 +570,21 @@ class Engine:
         name = str(body.pop("name"))
         container = None
         try:
-            container = Container.get(api, create(api, name, body))
+            if self.kind().podman:
+                ident = self._create_on_podman(name, body)
+            else:
+                ident = create(api, name, body)
+            container = Container.get(api, ident)
             if before_start is not None:
                 before_start(container)
             container.start()
             return container
         except ApiError as err:
             self.discard(container)
-            raise refusal(err, str(body.get("Image"))) from None
+            refused = refusal(err, str(body.get("Image")))
+            if self._podman_limits_refused(refused, body):
+                return self.create_container({**body, "name": name}, before_start)
+            raise refused from None
         except Exception as err:
             self.discard(container)
             if _from_transport(err):  # the SDK's session (an ssh:// engine) dropped
@@ -423,6 +593,42 @@ class Engine:
         except BaseException:
             self.discard(container)
             raise
+
+    def _create_on_podman(self, name: str, body: dict[str, Any]) -> str:
+        """Podman's own create (`podman.libpod_spec`): GPUs as CDI devices, each checked
+        against the CDI specs on this machine first (a remote engine's are not here)."""
+        from gpulaunch.engine.podman import LIBPOD_CREATE, check_cdi, gpu_devices, libpod_spec
+
+        wanted = gpu_devices(body)
+        if wanted and not is_remote(self.host):
+            check_cdi(wanted)
+        rlimits = not (self._podman_no_rlimits or self.refused_ulimits() & PODMAN_OWN_LIMITS)
+        spec = libpod_spec(body, name, rlimits=rlimits, keep_id=self.kind().rootless is True)
+        return str(self.api().call("POST", LIBPOD_CREATE, None, spec)["Id"])
+
+    def cdi_devices(self) -> dict[str, str]:
+        """The CDI devices the spec files on this machine define (name -> file): what Podman
+        (and a Docker with CDI enabled) can hand a container."""
+        from gpulaunch.engine.podman import cdi_devices
+
+        return cdi_devices()
+
+    def _podman_limits_refused(self, refused: EngineError, body: Mapping[str, Any]) -> bool:
+        """Podman refused a limit the body never asked for: one it adds itself (nofile, nproc)
+        to any container given ulimits, above what its own process may grant. Then the job
+        runs with no ulimits sent (the service's own limits), remembered for this engine as
+        "nofile" so the next run creates once. Already without them: False (no loop)."""
+        from gpulaunch.errors import RlimitRefused
+
+        if not isinstance(refused, RlimitRefused) or self._podman_no_rlimits:
+            return False
+        asked = {u.get("Name") for u in (body.get("HostConfig") or {}).get("Ulimits") or []}
+        if refused.rlimit in asked or not self.kind().podman:
+            return False
+        self._podman_no_rlimits = True
+        for limit in sorted(PODMAN_OWN_LIMITS):
+            self.remember_refused_ulimit(limit)
+        return True
 
     @staticmethod
     def discard(container: Any) -> None:

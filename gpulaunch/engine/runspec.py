@@ -196,6 +196,30 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
     return [*argv, plan.image, *plan.command]
 
 
+def engine_run_argv(plan: RunPlan, kind: Any, detach: bool = False) -> list[str]:
+    """The line the engine `kind` (a podman.EngineKind, or None: not known) runs for the plan:
+    `docker run` on Docker, `podman run` on Podman, whose GPUs are CDI devices
+    (`--device nvidia.com/gpu=N`, podman.cdi_names) and which keeps a rootless user's ids
+    (`--userns keep-id`), as `Engine.create_container` creates it there."""
+    argv = docker_run_argv(plan, detach)
+    if kind is None or not kind.podman:
+        return argv
+    from gpulaunch.engine.podman import cdi_names
+
+    options = argv[1 : len(argv) - len(plan.command) - 1]  # between `docker` and the image
+    if "--gpus" in options:
+        at = options.index("--gpus")
+        devices: list[str] = []
+        for name in cdi_names(create_body(plan)["HostConfig"]["DeviceRequests"][0]):
+            devices += ["--device", name]
+        options[at : at + 2] = devices
+    for i, word in enumerate(options):  # a mask stays empty: Podman copies up unless told
+        if word.startswith("type=tmpfs,") and options[i - 1] == "--mount":
+            options[i] = word + ",notmpcopyup"
+    keep_id = ["--userns", "keep-id"] if kind.rootless else []
+    return ["podman", options[0], *keep_id, *options[1:], plan.image, *plan.command]
+
+
 def _gpus_cli(gpus: int | str) -> str:
     if isinstance(gpus, int) or gpus == "all":
         return str(gpus)

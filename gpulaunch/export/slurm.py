@@ -1,6 +1,8 @@
 """ExportSpec -> an sbatch script (templates/slurm/job.sbatch.j2): one torchrun per node
 through srun, c10d rendezvous at the first node, the container through pyxis, apptainer,
-docker on the node, or none (`gpulaunch run --no-container` on each node).
+docker or podman on the node (many clusters run Podman, often rootless, not Docker: its GPUs
+are CDI devices, `--device nvidia.com/gpu=N`, from the node's `nvidia-ctk cdi generate` spec),
+or none (`gpulaunch run --no-container` on each node).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from gpulaunch.errors import ConfigError
 from gpulaunch.export.images import parse_ref
 from gpulaunch.export.spec import RDZV_PORT, ExportSpec, slurm_memory
 
-CONTAINERS = ("pyxis", "apptainer", "docker", "none")
+CONTAINERS = ("pyxis", "apptainer", "docker", "podman", "none")
 _TIME = re.compile(r"(?:[0-9]+-)?[0-9]{1,2}(?::[0-9]{2}){0,2}|[0-9]+")
 _SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Expanded by the batch shell on the first node: the same values for every node.
@@ -80,8 +82,14 @@ def srun_argv(spec: ExportSpec, opts: SlurmOptions, project: Path) -> list[str]:
             f"docker://{spec.image}",
             *torchrun_argv(spec),
         ]
-    argv = ["docker", "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
-    if spec.gpus:
+    engine = opts.container  # docker or podman: the same line, GPUs each engine's way
+    argv = [engine, "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
+    if spec.gpus and engine == "podman":
+        from gpulaunch.engine.podman import cdi_names
+
+        for device in cdi_names({"Count": spec.gpus}):
+            argv += ["--device", device]
+    elif spec.gpus:
         argv += ["--gpus", str(spec.gpus)]
     if spec.memory:  # the engine's container is outside the job's cgroup: limit it too
         argv += ["--memory", spec.memory]
@@ -102,7 +110,7 @@ def render_sbatch(spec: ExportSpec, opts: SlurmOptions, project: Path) -> str:
             raise ConfigError(f"{flag}: {value!r} is not a Slurm name")
     if opts.cpus is not None and not 1 <= opts.cpus <= 4096:
         raise ConfigError(f"--cpus: {opts.cpus} is not between 1 and 4096")
-    chdir = opts.chdir or (str(project) if opts.container in ("none", "docker") else None)
+    chdir = opts.chdir or (str(project) if opts.container in ("none", "docker", "podman") else None)
     if chdir is not None and (re.search(r"[\s%\\]", chdir) or not chdir.startswith("/")):
         raise ConfigError(f"--chdir: {chdir!r} must be an absolute path without spaces or %")
     words = " ".join(_word(a) for a in srun_argv(spec, opts, project))

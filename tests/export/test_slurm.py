@@ -126,7 +126,7 @@ def test_profile_memory_is_the_jobs_memory(
     assert code == 0, err
     assert "#SBATCH --mem=64G" in out.splitlines()
     srun = next(line for line in out.splitlines() if line.startswith("srun "))
-    assert ("--memory 64g" in srun) == (container == "docker")
+    assert ("--memory 64g" in srun) == (container in ("docker", "podman"))
     if container == "none":  # gpulaunch run on the node applies the profile itself
         assert "--profile big" in srun
     code, out, err = invoke(runner, *base, "--profile", "odd")
@@ -155,7 +155,7 @@ def test_local_image_only_for_one_docker_node(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--container", "podman"], "--container: 'podman' is not one of pyxis, apptainer"),
+        (["--container", "lxc"], "--container: 'lxc' is not one of pyxis, apptainer"),
         (["--time", "1 day"], "--time: '1 day' is not a Slurm time"),
         (["--partition", "gpu;rm"], "--partition: 'gpu;rm' is not a Slurm name"),
         (["--nodes", "0"], "--nodes: 0 is not between 1 and 4096"),
