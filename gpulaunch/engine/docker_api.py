@@ -29,7 +29,7 @@ from gpulaunch.engine.buildspec import (
     secret_links,
 )
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import _from_transport, _short, _stalls_raise, probe_cli
+from gpulaunch.engine.replies import from_transport, probe_cli, short_text, stalls_raise
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -128,13 +128,13 @@ class Engine:
                 if client is not None:
                     client.close()
                 timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
-                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else _short(err)
+                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else short_text(err)
                 raise EngineError(
                     f"cannot reach the Docker engine at {self.host}: {reason}",
                     hint="start dockerd, or set DOCKER_HOST to a running engine",
                 ) from None
             client.api.timeout = self.api_timeout()
-            _stalls_raise(client.api, self.host)
+            stalls_raise(client.api, self.host)
             self._client = client
         return self._client
 
@@ -163,7 +163,7 @@ class Engine:
         try:
             return self.api().call("GET", path)
         except ApiError as err:
-            raise EngineError(f"{what}: {_short(err)}") from None
+            raise EngineError(f"{what}: {short_text(err)}") from None
 
     def identity(self) -> str:
         """Which engine this is, for caches of what it can do: its ID, version and kernel.
@@ -239,7 +239,9 @@ class Engine:
             tags = [t for image in client.images.list() for t in image.tags]
             return dict(client.version()), dict(client.info()), tags
         except DockerException as err:
-            raise EngineError(f"cannot read the engine's version and info: {_short(err)}") from None
+            raise EngineError(
+                f"cannot read the engine's version and info: {short_text(err)}"
+            ) from None
 
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
@@ -292,7 +294,7 @@ class Engine:
         try:
             image = inspect_image(self.api(), ref)
         except ApiError as err:
-            raise EngineError(f"image {ref}: {_short(err)}") from None
+            raise EngineError(f"image {ref}: {short_text(err)}") from None
         return None if image is None else image.id
 
     def remove_if_dangling(self, image_id: str) -> None:
@@ -317,7 +319,7 @@ class Engine:
                 digest = (item.get("aux") or {}).get("Digest", digest)
                 on_line(" ".join(str(item.get(k, "")) for k in ("id", "status")).strip())
         except DockerException as err:
-            raise EngineError(f"push to {repository}: {_short(err)}") from None
+            raise EngineError(f"push to {repository}: {short_text(err)}") from None
         return str(digest)
 
     def pull(self, ref: str) -> None:
@@ -328,7 +330,7 @@ class Engine:
             try:
                 self.client().images.pull(ref)
             except DockerException as err:
-                raise EngineError(f"pull {ref}: {_short(err)}") from None
+                raise EngineError(f"pull {ref}: {short_text(err)}") from None
 
     def tag(self, source: str, target: str) -> None:
         from gpulaunch.engine.api.http import ApiError, path_of
@@ -338,7 +340,7 @@ class Engine:
         try:
             self.api().call("POST", path_of("/images/{}/tag", source), query)
         except ApiError as err:
-            raise EngineError(f"tag {source} as {target}: {_short(err)}") from None
+            raise EngineError(f"tag {source} as {target}: {short_text(err)}") from None
 
     def build(
         self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
@@ -467,7 +469,7 @@ class Engine:
                     elif "status" in chunk:
                         on_line(str(chunk["status"]))
             except (APIError, DockerException) as err:
-                raise BuildError(f"docker build failed: {_short(err)}") from None
+                raise BuildError(f"docker build failed: {short_text(err)}") from None
         for extra_tag in req.tags[1:]:
             self.tag(req.tags[0], extra_tag)
 
@@ -480,7 +482,7 @@ class Engine:
         try:
             return call(self.client().api)
         except (DockerException, requests.RequestException) as err:
-            raise EngineError(f"{what}: {_short(err)}") from None
+            raise EngineError(f"{what}: {short_text(err)}") from None
 
     def managed_images(self) -> list[dict[str, Any]]:
         """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
@@ -546,10 +548,10 @@ class Engine:
             return {"outcome": "gone", "reason": ""}
         except APIError as err:
             if err.status_code == 409:
-                return {"outcome": "refused", "reason": _short(err)}
-            raise EngineError(f"cannot remove image {ref}: {_short(err)}") from None
+                return {"outcome": "refused", "reason": short_text(err)}
+            raise EngineError(f"cannot remove image {ref}: {short_text(err)}") from None
         except (DockerException, requests.RequestException) as err:
-            raise EngineError(f"cannot remove image {ref}: {_short(err)}") from None
+            raise EngineError(f"cannot remove image {ref}: {short_text(err)}") from None
         deleted = any(isinstance(item, dict) and item.get("Deleted") for item in answer or [])
         return {"outcome": "deleted" if deleted else "untagged", "reason": ""}
 
@@ -587,8 +589,8 @@ class Engine:
             raise refused from None
         except Exception as err:
             self.discard(container)
-            if _from_transport(err):  # the SDK's session (an ssh:// engine) dropped
-                raise EngineError(f"Docker engine: {_short(err)}") from None
+            if from_transport(err):  # the SDK's session (an ssh:// engine) dropped
+                raise EngineError(f"Docker engine: {short_text(err)}") from None
             raise
         except BaseException:
             self.discard(container)
@@ -639,7 +641,7 @@ class Engine:
         except EngineError:
             pass  # already gone (or being removed), or the engine itself went away
         except Exception as err:  # the engine went away meanwhile: nothing left to remove
-            if not _from_transport(err):
+            if not from_transport(err):
                 raise
 
     def _container(self, ident: str, what: str) -> Any:
@@ -652,7 +654,7 @@ class Engine:
         except ApiError as err:
             if err.status == 404:
                 return None
-            raise EngineError(f"{what}: {_short(err)}") from None
+            raise EngineError(f"{what}: {short_text(err)}") from None
 
     def find_leftover(self, name: str, run_id: str) -> Any:
         """The container `name` of run `run_id` if it exists (created but perhaps never
@@ -716,7 +718,7 @@ class Engine:
         try:
             ids = list_ids(self.api(), all_states, RUN_ID_LABEL)
         except ApiError as err:
-            raise EngineError(f"cannot list containers: {_short(err)}") from None
+            raise EngineError(f"cannot list containers: {short_text(err)}") from None
         found = [self._container(i, "cannot list containers") for i in ids]
         return [c for c in found if c is not None and self.is_job(c)]
 

@@ -63,13 +63,13 @@ def _major(version: str) -> int:
         return 0
 
 
-def _from_transport(err: BaseException) -> bool:
+def from_transport(err: BaseException) -> bool:
     """An error of the HTTP layer under the docker SDK (requests, urllib3), by module, so
     nothing imports them for this."""
     return any(c.__module__.split(".")[0] in ("requests", "urllib3") for c in type(err).__mro__)
 
 
-def _stalls_raise(api: Any, host: str) -> None:
+def stalls_raise(api: Any, host: str) -> None:
     """Make every request of the SDK's session that the transport fails (a read timeout, a
     dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
 
@@ -81,7 +81,7 @@ def _stalls_raise(api: Any, host: str) -> None:
         try:
             return send(*args, **kwargs)
         except Exception as err:
-            if not _from_transport(err):
+            if not from_transport(err):
                 raise
             limit = kwargs.get("timeout")
             if "timed out" in str(err).lower() and isinstance(limit, int | float):
@@ -97,7 +97,7 @@ def _stalls_raise(api: Any, host: str) -> None:
     api.request = request
 
 
-def _short(err: BaseException) -> str:
+def short_text(err: BaseException) -> str:
     explanation = getattr(err, "explanation", None)
     text = str(explanation or err).strip()
     return " ".join(text.split())[:400]

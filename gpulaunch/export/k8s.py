@@ -24,7 +24,7 @@ NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpulaunch"}
 
 
-def _environment() -> Any:
+def container_environment() -> Any:
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     from gpulaunch.image.render import template_root
@@ -150,7 +150,7 @@ def render_docs(spec: ExportSpec, kind: str, namespace: str | None = None) -> li
 
     if kind not in KINDS:
         raise ConfigError(f"--kind: {kind!r} is not one of {', '.join(KINDS)}")
-    env = _environment()
+    env = container_environment()
     ctx = pod_context(spec, kind)  # type: ignore[arg-type]
     pod = yaml.safe_load(env.get_template("k8s/pod.yaml.j2").render(**ctx))
     text = env.get_template(f"k8s/{kind}.yaml.j2").render(

@@ -99,7 +99,7 @@ def srun_argv(spec: ExportSpec, opts: SlurmOptions, project: Path) -> list[str]:
 
 
 def render_sbatch(spec: ExportSpec, opts: SlurmOptions, project: Path) -> str:
-    from gpulaunch.export.k8s import _environment
+    from gpulaunch.export.k8s import container_environment
 
     if opts.container not in CONTAINERS:
         raise ConfigError(f"--container: {opts.container!r} is not one of {', '.join(CONTAINERS)}")
@@ -116,7 +116,7 @@ def render_sbatch(spec: ExportSpec, opts: SlurmOptions, project: Path) -> str:
     words = " ".join(_word(a) for a in srun_argv(spec, opts, project))
     env = [] if opts.container == "none" else sorted(spec.env.items())
     return str(
-        _environment()
+        container_environment()
         .get_template("slurm/job.sbatch.j2")
         .render(
             container=opts.container,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpulaunch.engine.api.http import ApiError, Stream, Transport, path_of
-from gpulaunch.engine.replies import _short
+from gpulaunch.engine.replies import short_text
 from gpulaunch.errors import EngineError, RlimitRefused
 
 
@@ -190,7 +190,7 @@ _NO_IMAGE = ("no such image", "does not exist or no pull access", "repository do
 
 def refusal(err: Any, image: str) -> EngineError:
     """The engine's refusal to create or start a container, as one line (and a hint)."""
-    text = _short(err)
+    text = short_text(err)
     if err.status == 404 and any(part in text.lower() for part in _NO_IMAGE):
         return EngineError(f"image {image} not found; run `gpulaunch build`")
     if "could not select device driver" in text:

@@ -24,7 +24,7 @@ from gpulaunch.engine.api.http import (
     stalled,
     unreachable,
 )
-from gpulaunch.engine.replies import _from_transport
+from gpulaunch.engine.replies import from_transport
 
 
 def client_kwargs(address: Address) -> dict[str, Any]:
@@ -124,7 +124,7 @@ class SdkTransport:
         except (requests.RequestException, OSError) as err:
             raise stalled(self.host, "timed out" in str(err).lower(), limit) from None
         except Exception as err:  # urllib3's own (a read timeout, a broken chunk)
-            if not _from_transport(err):
+            if not from_transport(err):
                 raise
             raise stalled(self.host, "timed out" in str(err).lower(), limit) from None
         finally:
