@@ -221,15 +221,18 @@ def cache_dir() -> Path:
     return (Path(value) if os.path.isabs(value) else Path.home() / ".cache") / "gpulaunch"
 
 
-def read_back(path: Path, limit: int) -> bytes:
-    """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log).
+def read_back(path: Path, limit: int, dir_fd: int | None = None) -> bytes:
+    """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log), or
+    of a project file it reads as untrusted input (`dir_fd`: the folder `path` is relative to,
+    reached without following links).
 
     FileNotFoundError when there is none; ValueError saying why for anything else that is not
     a regular file of at most `limit` bytes: a link (never followed), a folder, a FIFO or
     device (opened non-blocking, so a planted FIFO never hangs a command), or too large.
     """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as err:

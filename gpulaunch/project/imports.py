@@ -18,7 +18,6 @@ a test of sys.version_info / sys.platform are optional: never reported missing.
 from __future__ import annotations
 
 import ast
-import errno
 import os
 import re
 import stat
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.fsio import read_back
 from gpulaunch.project.model import TORCH_FAMILY, Project
 
 DATA = "import_names.yaml"
@@ -141,26 +141,13 @@ class _Tree:
         if fd is None:
             raise ValueError("is below a link or cannot be opened")
         try:
-            out = os.open(
-                parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
-            )
-        except OSError as err:
-            why = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
-            raise ValueError(f"{why}; not read") from None
+            return read_back(Path(parts[-1]), MAX_FILE_BYTES, dir_fd=fd)
+        except FileNotFoundError:
+            raise ValueError("is gone; not read") from None
+        except ValueError as err:
+            raise ValueError(f"{err}; not read") from None
         finally:
             os.close(fd)
-        try:
-            if not stat.S_ISREG(os.fstat(out).st_mode):
-                raise ValueError("is not a regular file; not read")
-            with os.fdopen(out, "rb", closefd=False) as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
-        except OSError as err:
-            raise ValueError(f"cannot be read: {err.strerror}") from None
-        finally:
-            os.close(out)
-        if len(data) > MAX_FILE_BYTES:
-            raise ValueError(f"is larger than {MAX_FILE_BYTES} bytes; not read")
-        return data
 
 
 @dataclass(frozen=True)
