@@ -269,7 +269,8 @@ def build_steps(log: str) -> dict[str, tuple[str, str]]:
 def reexecuted_dependency_steps(log: str) -> list[str]:
     """Steps other than FROM, WORKDIR and the final project COPY that were not CACHED.
 
-    After a source-only edit only `COPY … . /workspace` may run again; a RUN (venv, torch,
+    After a source-only edit only the project COPY (`COPY … workspace /workspace`, before
+    issue 32 `COPY … . /workspace`) may run again; a RUN (venv, torch,
     requirements) or the requirements COPY running again means a dependency layer was
     rebuilt.
     """
@@ -280,7 +281,7 @@ def reexecuted_dependency_steps(log: str) -> list[str]:
     for what, state in steps.values():
         if what.startswith(("FROM ", "WORKDIR ")):
             continue
-        if what.startswith("COPY ") and re.search(r"\s\.\s+/workspace\s*$", what):
+        if what.startswith("COPY ") and re.search(r"\s(\.|workspace)\s+/workspace\s*$", what):
             continue
         if state != "CACHED":
             bad.append(what)

@@ -200,11 +200,32 @@ def schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-def _build_with_progress(cfg: Any, project: Path, opts: Any, engine: Any = None) -> Any:
-    """Run a build with a live one-line status (step n/N, the step, elapsed) on stderr.
+PROGRESS_MODES = ("auto", "plain", "quiet")
+ProgressOpt = Annotated[
+    str,
+    typer.Option(
+        "--progress",
+        help="How a build shows its steps: auto (a live line on a terminal, else plain), "
+        "plain (one line per step as the builder starts it), quiet (none).",
+    ),
+]
 
-    The status line is drawn only on a terminal (rich draws nothing elsewhere), so off one
-    rich is not even imported unless a failed build's log tail is printed: `run` on an image
+
+def _check_progress(progress: str) -> str:
+    if progress not in PROGRESS_MODES:
+        raise ConfigError(f"--progress: {progress!r} is not auto, plain or quiet")
+    return progress
+
+
+def _build_with_progress(
+    cfg: Any, project: Path, opts: Any, engine: Any = None, progress: str = "auto"
+) -> Any:
+    """Run a build and show its steps on stderr: on a terminal (`auto`) a live line with the
+    step's number and name, elsewhere (`plain`, or `auto` on a pipe or in CI) one line per
+    step as the builder starts it, flushed, so a long build never looks hung; `quiet` shows
+    none. The end says the tag, the time and the image's size.
+
+    rich is imported only for the live line or a failed build's log tail: `run` on an image
     that is up to date pays nothing for it."""
     import contextlib
 
@@ -212,24 +233,28 @@ def _build_with_progress(cfg: Any, project: Path, opts: Any, engine: Any = None)
     from gpulaunch.image.build import run_build
 
     engine = engine or _engine()
+    mode = _check_progress(progress)
+    if mode == "auto":
+        mode = "live" if sys.stderr.isatty() else "plain"
     live: Any = None
-    if sys.stderr.isatty():
+    if mode == "live":
         from rich.console import Console
 
         live = Console(stderr=True).status("building…")
     with live or contextlib.nullcontext():
 
-        def on_progress(progress: Any) -> None:
+        def on_progress(step: Any) -> None:
+            where = f"step {step.step}/{step.total}: {step.current[:160]}"
             if live is not None:
-                live.update(
-                    f"step {progress.step}/{progress.total}: {progress.current[:90]} "
-                    f"({progress.elapsed:.0f}s)"
-                )
+                live.update(f"{where[:110]} ({step.elapsed:.0f}s)")
+            elif mode == "plain" and step.fresh:
+                _err(f"{where} ({step.elapsed:.0f}s)")
+                sys.stderr.flush()
 
         try:
             outcome = run_build(cfg, project, engine, opts, on_progress)
         except BuildError as err:
-            if err.log_tail:
+            if err.log_tail and mode != "quiet":
                 from rich.console import Console
 
                 Console(stderr=True).print(
@@ -237,10 +262,25 @@ def _build_with_progress(cfg: Any, project: Path, opts: Any, engine: Any = None)
                 )
             raise
     if outcome.cached:
-        _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
-    else:
-        _err(f"built {outcome.tag} with {outcome.builder}; log: {outcome.log_path}")
+        if mode != "quiet":
+            _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
+    elif mode != "quiet":
+        size = f", {_human_size(outcome.size)}" if outcome.size is not None else ""
+        _err(
+            f"built {outcome.tag} with {outcome.builder} in {outcome.seconds:.1f}s{size}; "
+            f"log: {outcome.log_path}"
+        )
     return outcome
+
+
+def _human_size(size: int) -> str:
+    """Decimal units, as `docker image ls` shows sizes."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 @app.command()
@@ -262,12 +302,14 @@ def build(
         str | None,
         typer.Option(help="Then push to REGISTRY/NAME[:TAG] (default tag: gl-<hash>)."),
     ] = None,
+    progress: ProgressOpt = "auto",
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.engine.docker_api import Engine
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
 
     _check_network(network)
+    _check_progress(progress)
     if push is not None:
         from gpulaunch.export.images import push_target
 
@@ -309,7 +351,7 @@ def build(
                 typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")
                 typer.echo(f"docker push {ref.repository}:{tag}")
         return
-    outcome = _build_with_progress(cfg, project, opts)
+    outcome = _build_with_progress(cfg, project, opts, progress=progress)
     typer.echo(outcome.tag)
     if push is not None:
         from gpulaunch.export.api import push_image

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from gpulaunch.cli.app import (
     handle_errors,
 )
 from gpulaunch.cli.common import exit_with, print_warnings, run_line, status_line
-from gpulaunch.cli.image import _build_with_progress, _builder_choice
+from gpulaunch.cli.image import ProgressOpt, _build_with_progress, _builder_choice, _check_progress
 from gpulaunch.errors import ConfigError
 
 InteractiveOpt = Annotated[
@@ -152,6 +153,7 @@ def run(
     ] = False,
     interactive: InteractiveOpt = None,
     tty: TtyOpt = None,
+    progress: ProgressOpt = "auto",
 ) -> None:
     """Build if needed, then run SCRIPT (one process per GPU via torchrun) in the container.
 
@@ -164,6 +166,7 @@ def run(
     from gpulaunch.launch.plan import RunOptions
 
     _check_single_line({"--price": price})
+    _check_progress(progress)
     if detach and (interactive or tty):
         flag = "--interactive" if interactive else "--tty"
         raise ConfigError(f"{flag}: not available with --detach")
@@ -215,7 +218,8 @@ def run(
         from gpulaunch.engine.supervise import choose
 
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
-    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
+    shown = functools.partial(_build_with_progress, progress=progress)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, shown)
     # host jobs and jobs with a terminal own the terminal: no status line
     status = status_line(io, no_status or detach or no_container or job.plan.run.tty)
     observers = standard_observers(spec, _err, on_sample=status and status.show)

@@ -33,8 +33,9 @@ import re
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterable
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
@@ -152,12 +153,17 @@ def _rule(pattern: str, exclusion: bool, source: str) -> Rule:
 
 
 def effective_rules(
-    user: list[Rule], required: Iterable[str], never: Iterable[str] = ()
+    user: list[Rule],
+    required: Iterable[str],
+    never: Iterable[str] = (),
+    outputs: Iterable[str] = (),
 ) -> list[Rule]:
-    """User rules, then the credential files, then re-include the files the Dockerfile needs,
-    then the fixed excludes (plus `never`: a config file given with --config under another
-    name)."""
-    rules = list(user)
+    """`outputs` (folders jobs write: left out by default, so a user `!` rule brings one
+    back), the user rules, then the credential files, then re-include the files the
+    Dockerfile needs, then the fixed excludes (plus `never`: a config file given with --config
+    under another name, launch.checkpoint_dir)."""
+    rules = [_rule(_glob_escape(rel), False, "gpulaunch") for rel in outputs]
+    rules += user
     rules += [_rule(pattern, False, "gpulaunch") for pattern in SECRET_FILES]
     rules += [_rule(_glob_escape(rel), True, "required file") for rel in required]
     rules += [_rule(name, False, "gpulaunch") for name in ALWAYS_EXCLUDED]
@@ -193,6 +199,35 @@ class Entry:
     kind: Kind
     mode: int  # permission bits as COPY carries them
     link: str = ""  # a symlink's target text
+    at: str = ""  # its path in the context sent (`place`); "" = rel
+
+    @property
+    def sent_as(self) -> str:
+        return self.at or self.rel
+
+
+# The context gpulaunch sends has two folders of its own naming, so no project name can
+# collide with them and no COPY source needs escaping: CODE_DIR holds the project as `run`
+# mounts it, which the final `COPY CODE_DIR /workspace` copies whole; INPUTS_DIR holds what
+# only a build step reads (wheelhouses, a CA bundle), which that step mounts or copies to
+# its own place and the code layer never holds (a source edit then writes only the code).
+CODE_DIR = "workspace"
+INPUTS_DIR = "inputs"
+
+
+def context_path(rel: str, inputs: Iterable[str]) -> str:
+    """Where the project path `rel` lies in the context sent: below INPUTS_DIR when it is (or
+    is below) one of `inputs`, else below CODE_DIR. The project root is never an input."""
+    rel = posixpath.normpath(rel)
+    inside = any(i != "." and (rel == i or rel.startswith(i + "/")) for i in inputs)
+    top = INPUTS_DIR if inside else CODE_DIR
+    return top if rel == "." else f"{top}/{rel}"
+
+
+def place(entries: Iterable[Entry], inputs: Iterable[str]) -> list[Entry]:
+    """`entries` with their place in the context sent (`context_path`)."""
+    inputs = tuple(inputs)
+    return [replace(e, at=context_path(e.rel, inputs)) for e in entries]
 
 
 def scan(
@@ -252,20 +287,66 @@ def scan(
     return entries
 
 
-def hash_entries(digest: Digest, project: Path, entries: list[Entry]) -> None:
-    """Names, kinds, modes and contents, each framed so no two lists hash alike."""
+def drop_bare_parents(entries: list[Entry], paths: Iterable[str]) -> list[Entry]:
+    """`entries` without the folders above `paths` (left-out folders like `logs/nccl`) that
+    hold nothing sent: the job that made `logs/nccl` must not change the context by `logs/`."""
+    parents = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
+    if not parents:
+        return entries
+    holding = {e.rel.rsplit("/", 1)[0] for e in entries if "/" in e.rel}
+    holding = {h.rsplit("/", i)[0] for h in holding for i in range(h.count("/") + 1)}
+    return [e for e in entries if not (e.kind == "dir" and e.rel in parents - holding)]
+
+
+KNOWN_MIN_BYTES = 1 << 20  # files this big have their content digest remembered (`known`)
+_RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen in its tick
+
+
+def hash_entries(
+    digest: Digest,
+    project: Path,
+    entries: list[Entry],
+    known: Mapping[str, str] | None = None,
+    learned: dict[str, str] | None = None,
+) -> None:
+    """Names, kinds, modes and each file's content digest and size, each framed so no two
+    lists hash alike.
+
+    A file of KNOWN_MIN_BYTES or more (a wheel, a dataset) is read again only when its stat
+    changed: `known` maps `stat_key` to the sha256 of its content, as an earlier build read
+    it; `learned` receives the digests read now (the caller remembers them, see
+    gpulaunch.image.build.content_digests)."""
     for entry in entries:
         head = f"\0{entry.kind}\0{len(entry.rel)}:{entry.rel}\0{entry.mode:o}\0"
+        if entry.at:  # where it is sent (an input or the code)
+            head += f"at\0{len(entry.at)}:{entry.at}\0"
         digest.update(head.encode("utf-8", "surrogateescape"))
         if entry.kind == "link":
             digest.update(entry.link.encode("utf-8", "surrogateescape"))
         elif entry.kind == "file":
             with _open_entry(project, entry) as fh:
-                size = 0
-                for chunk in iter(lambda: fh.read(_CHUNK), b""):
-                    size += len(chunk)
-                    digest.update(chunk)
-                digest.update(f"\0size:{size}".encode())
+                st = os.fstat(fh.fileno())
+                key = stat_key(entry.rel, st) if st.st_size >= KNOWN_MIN_BYTES else ""
+                content = (known or {}).get(key) if key else None
+                if content is None:
+                    sha, size = hashlib.sha256(), 0
+                    for chunk in iter(lambda: fh.read(_CHUNK), b""):
+                        size += len(chunk)
+                        sha.update(chunk)
+                    content = sha.hexdigest()
+                    settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS
+                    if key and size == st.st_size and settled and learned is not None:
+                        learned[key] = content  # (a change within the same tick: not learned)
+                else:
+                    size = st.st_size
+                digest.update(f"{content}\0size:{size}".encode())
+
+
+def stat_key(rel: str, st: os.stat_result) -> str:
+    """What a file's content digest is remembered by: its name, device, inode, size and
+    both times in ns (a rewrite changes ctime, which no one sets back)."""
+    parts = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return hashlib.sha256(f"{rel}\0{parts}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _open_entry(project: Path, entry: Entry) -> IO[bytes]:
@@ -277,10 +358,13 @@ def _open_entry(project: Path, entry: Entry) -> IO[bytes]:
 
 
 def mirror(project: Path, entries: list[Entry], dest: Path) -> None:
-    """A folder holding exactly `entries` (hard links where possible, else copies): the
-    context BuildKit receives, so it gets what was hashed whatever the CLI's own rules."""
+    """A folder holding exactly `entries` (hard links where possible, else copies), each at
+    its place (`Entry.sent_as`), and CODE_DIR even when empty: the context BuildKit receives,
+    so it gets what was hashed whatever the CLI's own rules."""
+    (dest / CODE_DIR).mkdir(exist_ok=True)
+    (dest / CODE_DIR).chmod(0o755)
     for entry in entries:
-        target = dest / entry.rel
+        target = dest / entry.sent_as
         target.parent.mkdir(parents=True, exist_ok=True)
         if entry.kind == "dir":
             target.mkdir(exist_ok=True)
@@ -297,10 +381,14 @@ def mirror(project: Path, entries: list[Entry], dest: Path) -> None:
 
 
 def write_tar(out: IO[bytes], project: Path, entries: list[Entry], extra: dict[str, str]) -> None:
-    """A context tar of exactly `entries`, plus generated files (the Dockerfile) from `extra`."""
+    """A context tar of exactly `entries` at their places (and CODE_DIR, even when empty),
+    plus generated files (the Dockerfile) from `extra`."""
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        code = tarfile.TarInfo(CODE_DIR)
+        code.type, code.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(code)
         for entry in entries:
-            info = tarfile.TarInfo(entry.rel)
+            info = tarfile.TarInfo(entry.sent_as)
             info.mode = entry.mode
             if entry.kind == "dir":
                 info.type = tarfile.DIRTYPE

@@ -17,7 +17,7 @@ import shlex
 import stat
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +25,14 @@ from typing import TYPE_CHECKING
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
 from gpulaunch.engine.context import (
+    CODE_DIR,
+    INPUTS_DIR,
     Entry,
+    drop_bare_parents,
     effective_rules,
     hash_entries,
     parse_rules,
+    place,
     refuse_detected_secrets,
     refuse_secrets,
     scan,
@@ -46,8 +50,9 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 30
 MAX_IGNORE_BYTES = 1024 * 1024
-_BUILDKIT_STEP = re.compile(r"^#\d+ \[(?:[\w.-]+ )?(\d+)/(\d+)\] (.*)$")
-_CLASSIC_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# `#7 [stage-0  7/10] RUN ...`: BuildKit pads the step number to the width of the count
+_BUILDKIT_STEP = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?\s*(\d+)/(\d+)\]\s+(.*)$")
+_CLASSIC_STEP = re.compile(r"^Step\s+(\d+)/(\d+)\s*:\s*(.*)$")
 _BUILDKIT_ERROR = re.compile(r"^#\d+ ERROR: (.*)$|^ERROR: (.*)$|^error: (.*)$")
 
 
@@ -68,11 +73,17 @@ class BuildOutcome:
     dockerfile: str
     log_path: Path | None = None
     plan: ImagePlan | CachedPlan | None = None  # CachedPlan: the tag came from the tag cache
+    seconds: float = 0.0  # the build's wall time (0 when nothing was built)
+    size: int | None = None  # the image's size in bytes, when the engine says
 
 
 @dataclass
 class Progress:
-    """Tracks the step being built from BuildKit plain output or classic builder output."""
+    """Tracks the step being built from BuildKit plain output or classic builder output.
+
+    BuildKit names a step `#N [stage  k/T] INSTRUCTION` when it starts (the number padded to
+    the count's width), and names it again when its output resumes after another step's:
+    `fresh` tells a step seen for the first time from one seen again."""
 
     step: int = 0
     total: int = 0
@@ -81,14 +92,19 @@ class Progress:
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     failed_step: str = ""
     error: str = ""
+    fresh: bool = False  # the current step was named for the first time by the last line
+    seen: set[tuple[int, int, str]] = field(default_factory=set)
 
     def feed(self, line: str) -> bool:
-        """Consume one output line; True when the step changed."""
+        """Consume one output line; True when it names a step (the current one changed)."""
         self.tail.append(line)
         match = _BUILDKIT_STEP.match(line) or _CLASSIC_STEP.match(line)
         if match:
             self.step, self.total = int(match.group(1)), int(match.group(2))
             self.current = match.group(3).strip()
+            key = (self.step, self.total, self.current)
+            self.fresh = key not in self.seen
+            self.seen.add(key)
             return True
         error = _BUILDKIT_ERROR.match(line)
         if error and not self.error:
@@ -164,17 +180,64 @@ def context_entries(project: Path, ignore: str, required: tuple[str, ...] = ()) 
 
 
 def image_hash(
-    dockerfile: str, args: dict[str, str], project: Path, entries: list[Entry], ignore: str = ""
+    dockerfile: str,
+    args: dict[str, str],
+    project: Path,
+    entries: list[Entry],
+    ignore: str = "",
+    known: Mapping[str, str] | None = None,
+    learned: dict[str, str] | None = None,
 ) -> str:
-    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine."""
+    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine
+    (`known`/`learned`: big files' content digests by stat, see engine.context.hash_entries)."""
     digest = hashlib.sha256()
-    digest.update(f"gpulaunch-build:3:{__version__}\n".encode())
+    digest.update(f"gpulaunch-build:4:{__version__}\n".encode())
     digest.update(f"{len(dockerfile)}:".encode() + dockerfile.encode())
     digest.update(b"\0dockerignore\0" + f"{len(ignore)}:".encode() + ignore.encode())
     for key, value in sorted(args.items()):
         digest.update(f"\0arg:{key}={value}".encode())
-    hash_entries(digest, project, entries)
+    hash_entries(digest, project, entries, known, learned)
     return digest.hexdigest()[:12]
+
+
+DIGEST_CACHE = "content-digests.json"
+DIGEST_CACHE_KEYS = 20_000  # about 2.6 MB, under fsio's cache limit
+
+
+def content_digests() -> dict[str, str]:
+    """Big files' content digests by stat (engine.context.stat_key) as earlier builds read
+    them, from the user's cache (`$XDG_CACHE_HOME/gpulaunch/content-digests.json`): a rebuild
+    after a source edit then reads the wheelhouse's 200 MB again only when a wheel changed.
+    The cache is the user's own folder, which no container mounts; a missing or corrupt one
+    only means reading the files again. Read by dry runs too, written only by builds."""
+    from gpulaunch.fsio import cache_dir, read_cache
+
+    data = read_cache(cache_dir() / DIGEST_CACHE)
+    known = data.get("digests") if isinstance(data, dict) else None
+    if not isinstance(known, dict):
+        return {}
+    hexes = re.compile(r"[0-9a-f]{64}")
+    return {
+        k: v
+        for k, v in known.items()
+        if isinstance(k, str) and isinstance(v, str) and hexes.fullmatch(k) and hexes.fullmatch(v)
+    }
+
+
+def remember_digests(known: Mapping[str, str], learned: Mapping[str, str]) -> None:
+    if not learned:
+        return
+    from gpulaunch.fsio import cache_dir, write_cache
+
+    kept = dict(learned)
+    for k, v in known.items():
+        if len(kept) >= DIGEST_CACHE_KEYS:
+            break
+        kept.setdefault(k, v)
+    root = cache_dir().parent  # as scan_context: from the first folder that exists
+    while not root.is_dir() and root != root.parent:
+        root = root.parent
+    write_cache(cache_dir() / DIGEST_CACHE, {"digests": kept}, root=root)
 
 
 @dataclass(frozen=True)
@@ -183,6 +246,9 @@ class PreparedBuild:
     dockerfile: str
     request: BuildRequest
     tag: str
+    outputs: tuple[str, ...] = ()  # the output folders left out (tag cache: same rules)
+    known: Mapping[str, str] = field(default_factory=dict, repr=False)  # content digests
+    learned: dict[str, str] = field(default_factory=dict, repr=False)  # read by this hash
 
 
 def prepare_build(
@@ -199,8 +265,9 @@ def prepare_build(
     args = build_args()
     never = _never_sent(config, project, opts)
     user_rules = parse_rules(ignore, str(project / ".dockerignore"))
-    rules = effective_rules(user_rules, plan.required, never)
-    entries = scan(project, rules, published(project), plan.required)
+    outputs = output_rules(project)
+    rules = effective_rules(user_rules, plan.required, never, outputs)
+    entries = drop_bare_parents(scan(project, rules, published(project), plan.required), outputs)
     sent = {e.rel for e in entries}
     for rel in plan.required:
         if rel not in sent and rel != ".":
@@ -209,7 +276,9 @@ def prepare_build(
                 hint="gpulaunch.yaml and .gpulaunch/ are never sent to the engine",
             )
     refuse_secrets(project, entries)
-    tag = f"{config.name}:gl-{image_hash(dockerfile, args, project, entries, ignore)}"
+    known, learned = content_digests(), dict[str, str]()
+    address = image_hash(dockerfile, args, project, entries, ignore, known, learned)
+    tag = f"{config.name}:gl-{address}"
     request = BuildRequest(
         dockerfile=dockerfile,
         context=project,
@@ -219,10 +288,18 @@ def prepare_build(
         no_cache=opts.no_cache,
         secrets=dict(plan.secrets),
         labels={MANAGED_LABEL: "true"},
-        entries=tuple(entries),
+        entries=tuple(place(entries, plan.inputs)),
         ignore_rules=tuple(rule.text() for rule in rules),
     )
-    return PreparedBuild(plan, dockerfile, request, tag)
+    return PreparedBuild(plan, dockerfile, request, tag, tuple(outputs), known, learned)
+
+
+def output_rules(project: Path) -> list[str]:
+    """The folders jobs write (project.layout.OUTPUT_FOLDERS) that are not the project's
+    code: left out of the context and the tag unless a `!` rule of the user brings one back."""
+    from gpulaunch.project.layout import output_folders
+
+    return output_folders(project)[0]
 
 
 def _never_sent(config: ProjectConfig, project: Path, opts: BuildOptions) -> list[str]:
@@ -271,6 +348,8 @@ def dry_run_text(prepared: PreparedBuild, cli: DockerCli | None) -> str:
         " .gpulaunch/ and credential files; scanned for secret shapes, and by detect-secrets"
         " when it builds); gpulaunch"
         " sends exactly these, the docker CLI alone would apply .dockerignore only\n"
+        f"# laid out as the Dockerfile reads them: the project's files below {CODE_DIR}/, what"
+        f" only build steps read (wheelhouses, the CA bundle) below {INPUTS_DIR}/\n"
     )
     if req.secrets:
         note += (
@@ -303,11 +382,13 @@ def run_build(
     hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
     scan_context(project, prepared.request.entries)  # before the engine sees anything
+    remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:
         if cache_key:
             ignore, never = read_dockerignore(project), _never_sent(config, project, opts)
-            tagcache.store(project, cache_key, prepared, ignore, never, hashed_at)
+            outputs = prepared.outputs
+            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at)
 
     if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")
@@ -345,7 +426,26 @@ def run_build(
         engine.remove_if_dangling(previous)
     remember_probes()  # --builder buildkit probes only when the build starts
     remember()
-    return BuildOutcome(prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan)
+    outcome = BuildOutcome(
+        prepared.tag, False, builder, prepared.dockerfile, log_path, prepared.plan
+    )
+    outcome.seconds = progress.elapsed
+    outcome.size = image_size(engine, prepared.tag)
+    return outcome
+
+
+def image_size(engine: Engine, tag: str) -> int | None:
+    """The image's size as the engine reports it (`docker image ls`), None when it will not
+    say: the size is news for the user, never a reason to fail a build that worked."""
+    from gpulaunch.engine.api.containers import inspect_image
+    from gpulaunch.errors import GpulaunchError
+
+    try:
+        image = inspect_image(engine.api(), tag)
+    except (GpulaunchError, OSError):
+        return None
+    size = image.attrs.get("Size") if image is not None else None
+    return size if type(size) is int and size >= 0 else None
 
 
 SCAN_CACHE = "secret-scan.json"

@@ -30,7 +30,7 @@ from gpulaunch.project.imports import (
     requirement_lines,
     walk,
 )
-from gpulaunch.project.layout import keep_code
+from gpulaunch.project.layout import keep_code, output_notes
 from gpulaunch.project.model import TORCH_FAMILY, Project
 from gpulaunch.project.reconcile import Choice, reconcile
 from gpulaunch.project.syspkgs import COMPILERS, needs
@@ -238,6 +238,7 @@ def _finish(
         if present:
             shown = ", ".join(n + "/" if (directory / n).is_dir() else n for n in present)
             notes.append(f".dockerignore leaves out of the build context: {shown}")
+    notes += output_notes(directory)  # left out by gpulaunch itself, whatever the rules
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gpulaunch import __version__
 from gpulaunch.catalog import driver_rule
+from gpulaunch.engine.context import CODE_DIR, context_path
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import (
     ResolvedImage,
@@ -131,6 +132,9 @@ class ImagePlan:
     required: tuple[str, ...]
     # BuildKit secret id -> value: index URLs with credentials, never in the Dockerfile.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    # project paths only build steps read (wheelhouses, the CA bundle; links' targets too):
+    # sent apart from the code, never in the final COPY (engine.context.context_path)
+    inputs: tuple[str, ...] = ()
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -187,24 +191,34 @@ def plan_image(
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
+    # what only build steps read (wheelhouses, the CA bundle): sent apart from the code, so
+    # the final COPY never holds them (engine.context.context_path)
+    inputs: list[str] = []
 
     links: list[dict[str, str]] = []
+    mounted: dict[str, str] = {}  # wheelhouse (real path) -> where its steps see it
     for i, rel in enumerate(img.pip.find_links):
         field_name = f"image.pip.find_links[{i}]"
-        target = _inside(project_dir, rel, field_name, required)
+        target = _inside(project_dir, rel, field_name, inputs)
         if not target.is_dir():
             raise ConfigError(f"{field_name}: {rel!r} is not a folder in the project")
-        links.append({"source": rel, "target": f"{WHEEL_MOUNT}/{i}"})
-
-    archs = resolved.cuda_archs if resolved.cuda or resolved.flavor == "ngc" else None
-    entry = img.requirements
-    deps = _dependencies(project_dir, entry, required, archs, known) if entry else None
-
+        real = inputs[-1]
+        links.append({"source": real, "target": f"{WHEEL_MOUNT}/{i}"})
+        mounted.setdefault(real, f"{WHEEL_MOUNT}/{i}")
+    cert_rel = ""
     if img.ca_cert:
-        cert = _inside(project_dir, img.ca_cert, "image.ca_cert", required)
+        cert = _inside(project_dir, img.ca_cert, "image.ca_cert", inputs)
         if not cert.is_file():
             raise ConfigError(f"image.ca_cert: {img.ca_cert!r} not found in the project")
         check_certificate(cert, img.ca_cert)
+        cert_rel = inputs[-1]
+    required += inputs
+    for link in links:
+        link["source"] = context_path(link["source"], inputs)
+
+    archs = resolved.cuda_archs if resolved.cuda or resolved.flavor == "ngc" else None
+    entry = img.requirements
+    deps = _dependencies(project_dir, entry, required, archs, known, mounted) if entry else None
     check_image_env(dict(img.env))
 
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
@@ -256,7 +270,8 @@ def plan_image(
         "buildkit": builder == "buildkit",
         "base_image": resolved.base_image,
         "labels": labels,
-        "ca_cert": img.ca_cert,
+        "ca_cert": context_path(cert_rel, inputs) if cert_rel else "",
+        "code_dir": CODE_DIR,
         "apt_packages": apt,
         "deadsnakes": deadsnakes,
         "python": resolved.python,
@@ -273,7 +288,10 @@ def plan_image(
         "pip_cache_flag": "" if builder == "buildkit" else " --no-cache-dir",
         "find_links": links,
         "requirements_file": deps.entry if deps else None,
-        "requirement_copies": deps.copies if deps else [],
+        "requirement_copies": [
+            {**copy, "source": context_path(copy["source"], inputs)}
+            for copy in (deps.copies if deps else [])
+        ],
         "requirement_edits": deps.edits if deps else [],
         "dependencies": deps.inline if deps else [],
         "local_installs": deps.local_installs if deps else [],
@@ -288,7 +306,13 @@ def plan_image(
         "run_steps": list(img.run),
     }
     return ImagePlan(
-        config.name, resolved, builder, context, tuple(dict.fromkeys(required)), secrets
+        config.name,
+        resolved,
+        builder,
+        context,
+        tuple(dict.fromkeys(required)),
+        secrets,
+        tuple(dict.fromkeys(inputs)),
     )
 
 
@@ -369,9 +393,16 @@ class _Dependencies:
 
 
 def _dependencies(
-    project_dir: Path, entry: str, required: list[str], archs: Archs, known: Project | None
+    project_dir: Path,
+    entry: str,
+    required: list[str],
+    archs: Archs,
+    known: Project | None,
+    mounted: dict[str, str],
 ) -> _Dependencies:
-    """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read."""
+    """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read;
+    `mounted`: wheelhouse folders -> where pip steps see them (a local wheel there is
+    installed from that place: the wheelhouse is not in /workspace)."""
     from gpulaunch.project.discover import read_project
     from gpulaunch.textcheck import bad_char
 
@@ -411,7 +442,7 @@ def _dependencies(
     for local in model.locals:
         path = _inside(project_dir, local.path, "image.requirements", [])
         rel = path.relative_to(project_dir.resolve()).as_posix()
-        target = "/workspace" if rel == "." else f"/workspace/{rel}"
+        target = _seen_at(rel, mounted)
         build = model.build_of(local.path)
         into = builds if build is not None and not build.isolated else locals_
         into.append(("-e " if local.editable else "") + shlex.quote(target))
@@ -419,6 +450,15 @@ def _dependencies(
     env = layout.build_env(archs, any(b.cuda and not b.isolated for b in model.builds))
     paths = [p for p, _ in model.import_paths]
     return _Dependencies(entry_target, copies, edits, model.inline, locals_, builds, env, paths)
+
+
+def _seen_at(rel: str, mounted: dict[str, str]) -> str:
+    """Where a pip step after the project copy sees the project path `rel`: in a wheelhouse's
+    mount (or, classic, its own copy) when it lies in one, else below /workspace."""
+    for folder, target in mounted.items():
+        if folder != "." and (rel == folder or rel.startswith(folder + "/")):
+            return target + rel[len(folder) :]
+    return "/workspace" if rel == "." else f"/workspace/{rel}"
 
 
 def _inside(project: Path, rel: str, field_name: str, required: list[str]) -> Path:

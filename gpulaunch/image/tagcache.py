@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder
-from gpulaunch.engine.context import effective_rules, parse_rules, scan
+from gpulaunch.engine.context import drop_bare_parents, effective_rules, parse_rules, scan
 from gpulaunch.fsio import read_cache, write_cache
+from gpulaunch.project.layout import output_folders
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
@@ -133,8 +134,15 @@ def _stats(project: Path, entries: Sequence[Entry]) -> list[list[Any]] | None:
     return out
 
 
-def _rules(ignore: str, project: Path, required: Sequence[str], never: Sequence[str]) -> Any:
-    return effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required, never)
+def _rules(
+    ignore: str,
+    project: Path,
+    required: Sequence[str],
+    never: Sequence[str],
+    outputs: Sequence[str],
+) -> Any:
+    user = parse_rules(ignore, str(project / ".dockerignore"))
+    return effective_rules(user, required, never, outputs)
 
 
 def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
@@ -152,17 +160,21 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     try:
         tag, builder, dockerfile = data["tag"], data["builder"], data["dockerfile"]
         required, never, ignore = data["required"], data["never"], data["ignore"]
+        outputs = data["outputs"]
         if not (
             isinstance(tag, str)
             and re.fullmatch(re.escape(name) + r":gl-[0-9a-f]{12}", tag)
             and builder in ("buildkit", "classic")
             and isinstance(dockerfile, str)
             and isinstance(ignore, str)
-            and all(isinstance(x, str) for x in [*required, *never])
+            and all(isinstance(x, str) for x in [*required, *never, *outputs])
         ):
             return None
-        rules = _rules(ignore, project, required, never)
-        entries = scan(project, rules, published(project), required)
+        # an output folder that became code (or stopped being it) changes the rules
+        if list(outputs) != output_folders(project)[0]:
+            return None
+        rules = _rules(ignore, project, required, never, outputs)
+        entries = drop_bare_parents(scan(project, rules, published(project), required), outputs)
         if _stats(project, entries) != data["entries"]:
             return None
         fields = data["resolved"]
@@ -183,6 +195,7 @@ def store(
     prepared: Any,
     ignore: str,
     never: Sequence[str],
+    outputs: Sequence[str],
     hashed_at: float,
 ) -> None:
     """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell."""
@@ -200,6 +213,7 @@ def store(
         "dockerfile": prepared.dockerfile,
         "required": list(prepared.plan.required),
         "never": list(never),
+        "outputs": list(outputs),
         "ignore": ignore,
         "entries": stats,
         "resolved": dataclasses.asdict(prepared.plan.resolved),

@@ -235,13 +235,49 @@ def code_folders(root: Path, names: list[str]) -> dict[str, str]:
         if (folder / "__init__.py").is_file():
             kept[name] = f"a Python package ({name}/__init__.py)"
             continue
+        if not any(p for pattern in ("*.py", "*/*.py") for p in folder.glob(pattern)):
+            continue  # no modules: the project's imports need not be read at all
         if imported is None:
             imported = imported_names(root)
-        if name in imported and any(
-            p for pattern in ("*.py", "*/*.py") for p in folder.glob(pattern)
-        ):
+        if name in imported:
             kept[name] = f"Python modules the project imports (import {name})"
     return kept
+
+
+# What jobs write into the project, and who writes it: outside the build context (and the
+# image tag) by default, so a run that writes a checkpoint or a log does not make the next
+# run rebuild. launch.checkpoint_dir is added by the build itself (it knows the config).
+OUTPUT_FOLDERS = {
+    "logs/nccl": "gpulaunch's NCCL debug logs (--nccl debug)",
+    "lightning_logs": "PyTorch Lightning's default log and checkpoint folder",
+    "outputs": "Hydra's run folder, and a common Trainer output_dir",
+    "multirun": "Hydra's multirun folder",
+    "runs": "TensorBoard's default log folder (the HF Trainer's logging_dir)",
+    "trainer_output": "the HF Trainer's default output_dir",
+    "wandb": "Weights & Biases' local run folder",
+    "mlruns": "MLflow's default tracking folder",
+}
+
+
+def output_folders(root: Path) -> tuple[list[str], dict[str, str]]:
+    """(the OUTPUT_FOLDERS left out of this project's build context, those kept because they
+    are its Python code: name -> why). A missing folder is left out too: the first run
+    creates it, and the tag must not change then."""
+    kept = code_folders(root, [n for n in OUTPUT_FOLDERS if (root / n).is_dir()])
+    return [n for n in OUTPUT_FOLDERS if n not in kept], kept
+
+
+def output_notes(root: Path) -> list[str]:
+    """init's words on the output folders present: which are left out of the build context
+    and why, and which are kept as code."""
+    left_out, kept = output_folders(root)
+    present = [n for n in left_out if (root / n).exists()]
+    notes = [
+        f"{n}/ is left out of the build context and the image tag: {OUTPUT_FOLDERS[n]}, "
+        "written by jobs (a '!' rule in .dockerignore brings it back)"
+        for n in present
+    ]
+    return notes + [f"{n}/ stays in the build context: {why}" for n, why in kept.items()]
 
 
 def import_paths(root: Path, entry: str | None = None) -> list[str]:

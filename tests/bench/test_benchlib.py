@@ -219,3 +219,25 @@ def test_replace_marked_rewrites_only_between_markers() -> None:
 def test_replace_marked_refuses_missing_markers(text: str) -> None:
     with pytest.raises(ValueError, match="markers"):
         replace_marked(text, "| t |")
+
+
+def test_the_code_copy_of_issue_32_is_the_step_a_source_edit_reruns() -> None:
+    log = CACHED_LOG.replace(
+        "COPY --chown=0:0 . /workspace", "COPY --chown=0:0 workspace /workspace"
+    )
+    assert reexecuted_dependency_steps(log) == []
+
+
+def test_the_build_loop_section_replaces_only_itself(tmp_path: Path) -> None:
+    from build_loop_bench import SECTION_END, SECTION_START, section, write_section
+
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\nother rows\n")
+    rows = [Row("gpulaunch image size", 2_000_000, "B"), Row("ratio", 1.01, "x", 1.05)]
+    write_section(path, section(rows, "today", 3))
+    write_section(path, section([Row("ratio", 1.5, "x", 1.05)], "later", 3))
+    text = path.read_text()
+    assert text.startswith("# Benchmarks\n\nother rows\n")
+    assert text.count(SECTION_START) == text.count(SECTION_END) == 1
+    assert "later" in text and "today" not in text
+    assert "| ratio | 1.50x | - | <= 1.05x | **not met** |" in text

@@ -41,7 +41,7 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }/opt/gpulaunch/constraints.txt"
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
+COPY ["workspace/requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
 RUN pip install --no-cache-dir -r /opt/gpulaunch/req/requirements.txt
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
@@ -50,7 +50,9 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && mkdir -p /workspace \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
-COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project's code: gpulaunch sends it as workspace/, apart from what only the steps
+# above read (wheelhouses, the CA bundle), so an edit re-copies the code and nothing else.
+COPY --chown=${GL_UID}:${GL_GID} workspace /workspace
 # The project root is importable from entry scripts anywhere in the tree.
 ENV PYTHONPATH=/workspace${PYTHONPATH:+:$PYTHONPATH}
 USER ${GL_UID}:${GL_GID}

@@ -35,7 +35,7 @@ RUN python3 -m venv /opt/venv
 # pip is not upgraded: pip.no_index and no pip>=23.2 wheel in the wheelhouse (old pip fails only on the PyTorch index, which is not used)
 # 3. PyTorch 2.13.0+cpu
 RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=bind,source=wheels,target=/opt/gpulaunch/find-links/0 \
+    --mount=type=bind,source=inputs/wheels,target=/opt/gpulaunch/find-links/0 \
     pip install torch==2.13.0 --no-index --find-links /opt/gpulaunch/find-links/0
 # Pin torch* to what is installed so requirements cannot swap in another CUDA build.
 RUN mkdir -p /opt/gpulaunch \
@@ -43,9 +43,9 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
+COPY ["workspace/requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
 RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=bind,source=wheels,target=/opt/gpulaunch/find-links/0 \
+    --mount=type=bind,source=inputs/wheels,target=/opt/gpulaunch/find-links/0 \
     pip install -r /opt/gpulaunch/req/requirements.txt --no-index --find-links /opt/gpulaunch/find-links/0
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
@@ -54,7 +54,9 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && mkdir -p /workspace \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
-COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project's code: gpulaunch sends it as workspace/, apart from what only the steps
+# above read (wheelhouses, the CA bundle), so an edit re-copies the code and nothing else.
+COPY --chown=${GL_UID}:${GL_GID} workspace /workspace
 # The project root is importable from entry scripts anywhere in the tree.
 ENV PYTHONPATH=/workspace${PYTHONPATH:+:$PYTHONPATH}
 USER ${GL_UID}:${GL_GID}

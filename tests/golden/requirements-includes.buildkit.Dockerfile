@@ -56,9 +56,9 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
-COPY ["requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]
-COPY ["requirements/constraints.txt", "/opt/gpulaunch/req/requirements/constraints.txt"]
+COPY ["workspace/requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
+COPY ["workspace/requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]
+COPY ["workspace/requirements/constraints.txt", "/opt/gpulaunch/req/requirements/constraints.txt"]
 RUN --mount=type=cache,target=/root/.cache/pip \
     sed -i -e 4d /opt/gpulaunch/req/requirements.txt && pip install -r /opt/gpulaunch/req/requirements.txt tqdm
 
@@ -68,7 +68,9 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && mkdir -p /workspace \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
-COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project's code: gpulaunch sends it as workspace/, apart from what only the steps
+# above read (wheelhouses, the CA bundle), so an edit re-copies the code and nothing else.
+COPY --chown=${GL_UID}:${GL_GID} workspace /workspace
 # 6. The project's own packages: their dependencies came with the requirements above
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install --no-deps -e /workspace

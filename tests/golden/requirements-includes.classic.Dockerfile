@@ -52,9 +52,9 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-COPY ["requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
-COPY ["requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]
-COPY ["requirements/constraints.txt", "/opt/gpulaunch/req/requirements/constraints.txt"]
+COPY ["workspace/requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
+COPY ["workspace/requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]
+COPY ["workspace/requirements/constraints.txt", "/opt/gpulaunch/req/requirements/constraints.txt"]
 RUN sed -i -e 4d /opt/gpulaunch/req/requirements.txt && pip install --no-cache-dir -r /opt/gpulaunch/req/requirements.txt tqdm
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
@@ -63,7 +63,9 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && mkdir -p /workspace \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
-COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project's code: gpulaunch sends it as workspace/, apart from what only the steps
+# above read (wheelhouses, the CA bundle), so an edit re-copies the code and nothing else.
+COPY --chown=${GL_UID}:${GL_GID} workspace /workspace
 # 6. The project's own packages: their dependencies came with the requirements above
 RUN pip install --no-cache-dir --no-deps -e /workspace
 # The project root is importable from entry scripts anywhere in the tree.

@@ -63,7 +63,9 @@ RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \
  && mkdir -p /workspace \
  && chown "$GL_UID:$GL_GID" /workspace
 WORKDIR /workspace
-COPY --chown=${GL_UID}:${GL_GID} . /workspace
+# The project's code: gpulaunch sends it as workspace/, apart from what only the steps
+# above read (wheelhouses, the CA bundle), so an edit re-copies the code and nothing else.
+COPY --chown=${GL_UID}:${GL_GID} workspace /workspace
 # 6. The project's own packages: their dependencies came with the requirements above
 RUN pip install --no-cache-dir --no-deps -e /workspace
 # The project root is importable from entry scripts anywhere in the tree.

@@ -263,6 +263,11 @@ class _Engine:
     def build(self, req: object, _on_line: object, _builder: object) -> None:
         self.built.append(req)
 
+    def api(self) -> object:  # the image's size after a build: this engine does not say
+        from gpulaunch.errors import EngineError
+
+        raise EngineError("no engine API here")
+
 
 @pytest.mark.parametrize(
     ("rel", "text"),

@@ -257,6 +257,11 @@ class _FakeEngine:
     def build(self, req: object, on_line: object, builder: object) -> None:
         self.built.append(req)
 
+    def api(self) -> object:  # the image's size after a build: this engine does not say
+        from gpulaunch.errors import EngineError
+
+        raise EngineError("no engine API here")
+
 
 @pytest.mark.parametrize("link", [".gpulaunch", ".gpulaunch/logs"])
 def test_build_log_refuses_linked_state_folder(hostile: Hostile, link: str) -> None:

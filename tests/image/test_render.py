@@ -154,11 +154,39 @@ def test_wheelhouse_and_ca_cert(tmp_path: Path) -> None:
     )
     kit = render_dockerfile(plan_image(cfg, tmp_path, "buildkit"))
     classic = render_dockerfile(plan_image(cfg, tmp_path, "classic"))
-    assert "--mount=type=bind,source=wheels,target=/opt/gpulaunch/find-links/0" in kit
+    assert "--mount=type=bind,source=inputs/wheels,target=/opt/gpulaunch/find-links/0" in kit
     assert "--no-index --find-links /opt/gpulaunch/find-links/0" in kit
     assert "download.pytorch.org" not in kit  # no index when air-gapped
-    assert 'COPY ["wheels", "/opt/gpulaunch/find-links/0"]' in classic
+    assert 'COPY ["inputs/wheels", "/opt/gpulaunch/find-links/0"]' in classic
     assert "update-ca-certificates" in kit and "PIP_CERT=" in kit
+    for text in (kit, classic):  # the inputs come from their own folder, the code from its own
+        assert 'COPY ["inputs/corp.pem", "/usr/local/share/ca-certificates/' in text
+        assert "COPY --chown=${GL_UID}:${GL_GID} workspace /workspace\n" in text
+        assert " . /workspace" not in text
+
+
+def test_a_local_wheel_in_the_wheelhouse_installs_from_where_its_step_sees_it(
+    tmp_path: Path,
+) -> None:
+    """The wheelhouse is not in /workspace: a requirement naming a wheel in it is installed
+    from the wheelhouse's mount (BuildKit) or its own copy (classic), both at the same path."""
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "mine-1.0-py3-none-any.whl").write_bytes(b"PK")
+    (tmp_path / "requirements.txt").write_text("./wheels/mine-1.0-py3-none-any.whl\n")
+    cfg = validate_data(
+        {
+            "name": "q",
+            "image": {
+                "torch": "none",
+                "requirements": "requirements.txt",
+                "pip": {"find_links": ["wheels"], "no_index": True},
+            },
+        }
+    )
+    for builder in ("buildkit", "classic"):
+        text = render_dockerfile(plan_image(cfg, tmp_path, builder))
+        assert "/opt/gpulaunch/find-links/0/mine-1.0-py3-none-any.whl" in text, text
+        assert "/workspace/wheels" not in text, text
 
 
 def test_dockerignore_excludes_secrets_and_data() -> None:

@@ -55,6 +55,11 @@ class Engine:
     def build(self, req: object, on_line: object, builder: object) -> None:
         pass
 
+    def api(self) -> object:  # the image's size after a build: this engine does not say
+        from gpulaunch.errors import EngineError
+
+        raise EngineError("no engine API here")
+
     def remove_if_dangling(self, image_id: str) -> None:
         pass
 
@@ -141,6 +146,36 @@ def test_a_change_misses_the_cache(project: Path, change: Any) -> None:
     change(project)
     time.sleep(0.1)
     assert not _run(project)[1]  # and the tag is prepare_build's, checked inside
+
+
+def _outputs(p: Path) -> None:
+    for rel in ("wandb/run-1/config.yaml", "logs/nccl/nccl.h.1.log", "lightning_logs/v0/h.yaml"):
+        (p / rel).parent.mkdir(parents=True, exist_ok=True)
+        (p / rel).write_text("written by a job\n")
+
+
+def test_what_a_job_writes_still_answers_from_the_cache(project: Path) -> None:
+    (project / ".dockerignore").write_text(".git\n")  # the project's own: no output rules
+    _age(project)
+    time.sleep(0.1)
+    first, _ = _run(project)
+    _outputs(project)
+    time.sleep(0.1)
+    again, cached = _run(project)
+    assert cached and again == first
+
+
+def test_an_output_folder_that_becomes_code_misses_the_cache(project: Path) -> None:
+    (project / ".dockerignore").write_text(".git\n")  # the built-in output rules decide
+    _outputs(project)
+    _age(project)
+    time.sleep(0.1)
+    _run(project)
+    assert _run(project)[1]
+    (project / "wandb" / "__init__.py").write_text("")  # now a package the image needs
+    time.sleep(0.1)
+    _tag, cached = _run(project)  # and the tag is prepare_build's, checked inside
+    assert not cached
 
 
 def test_an_edit_inside_the_racy_window_is_never_cached(project: Path) -> None:

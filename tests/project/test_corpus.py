@@ -161,8 +161,8 @@ SHAPES = [
         torch="2.4.1",
         notes=["includes requirements/base.txt, requirements/train.txt"],
         render=[
-            'COPY ["requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]',
-            'COPY ["requirements/train.txt", "/opt/gpulaunch/req/requirements/train.txt"]',
+            'COPY ["workspace/requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt',
+            'COPY ["workspace/requirements/train.txt", "/opt/gpulaunch/req/requirements/train.tx',
         ],
     ),
     Shape(
@@ -317,7 +317,7 @@ SHAPES = [
             "constraints.txt": "numpy<2\n",
         },
         torch="2.4.0",
-        render=['COPY ["constraints.txt", "/opt/gpulaunch/req/constraints.txt"]'],
+        render=['COPY ["workspace/constraints.txt", "/opt/gpulaunch/req/constraints.txt"]'],
     ),
     Shape(
         "not-understood-named",

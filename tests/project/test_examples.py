@@ -33,7 +33,7 @@ def test_requirements_includes_example_render() -> None:
         plan_image(load_config(project / "gpulaunch.yaml"), project, "buildkit")
     )
     for rel in ("requirements.txt", "requirements/base.txt", "requirements/constraints.txt"):
-        assert f'COPY ["{rel}", "/opt/gpulaunch/req/{rel}"]' in text
+        assert f'COPY ["workspace/{rel}", "/opt/gpulaunch/req/{rel}"]' in text
     assert "sed -i -e 4d /opt/gpulaunch/req/requirements.txt" in text  # `-e .` waits
     assert text.index("pip install -r /opt/gpulaunch/req/requirements.txt tqdm") < text.index(
         "COPY --chown"

@@ -144,7 +144,7 @@ def _run(project: Path, work: Path) -> dict[str, str]:
         if step.startswith("COPY ["):
             source, target = re.findall(r'"([^"]+)"', step)
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-            content = (project / source).read_text(encoding="utf-8-sig")
+            content = (project / source.removeprefix("workspace/")).read_text(encoding="utf-8-sig")
             Path(target).write_text(_local_indexes(content, work))
             continue
         if step.startswith("ENV PIP_CONSTRAINT="):
