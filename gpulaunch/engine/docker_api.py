@@ -373,26 +373,29 @@ class Engine:
 
     def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
         """BuildKit through the docker CLI. Its context is a private folder holding exactly
-        the hashed entries (hard links into the project), beside `.gpulaunch/`: the CLI's
-        own .dockerignore handling never sees the project, and nothing else is sent."""
-        import shutil
+        the hashed entries (hard links into the project), in `.gpulaunch/`: the CLI's own
+        .dockerignore handling never sees the project, and nothing else is sent.
+
+        The folder is the same path every build (`build-context`, under a lock; a concurrent
+        build of the project takes a fresh one): BuildKit keys its incremental transfer by the
+        context's path, so an unchanged wheelhouse is not sent again after a source edit."""
         import tempfile
 
         from gpulaunch.fsio import make_dirs
 
         state = req.context / ".gpulaunch"
         make_dirs(state, root=req.context)  # refuses a planted link
-        with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp:
+        with (
+            _sigterm_raises(),
+            tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp,
+            _context_folder(state) as context,
+        ):
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(req.dockerfile, encoding="utf-8")
-            context = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
-            try:
-                with secret_links(Path(tmp), req.secrets):  # in memory, closed after the build
-                    mirror(req.context, list(req.entries), context)
-                    argv = cli.build_argv(req, dockerfile, context)
-                    code = self._run_cli(cli, argv, on_line)
-            finally:
-                shutil.rmtree(context, ignore_errors=True)
+            with secret_links(Path(tmp), req.secrets):  # in memory, closed after the build
+                mirror(req.context, list(req.entries), context)
+                argv = cli.build_argv(req, dockerfile, context)
+                code = self._run_cli(cli, argv, on_line)
         if code != 0:
             raise BuildError(f"{Path(cli.path).name} build failed (exit {code})")
 
@@ -740,3 +743,29 @@ def attach_output(container: Any, stream: str) -> Iterator[bytes]:
     bytes that are not UTF-8 would come back as U+FFFD."""
     out = stream == "stdout"
     return iter(container.attach(stdout=out, stderr=not out, stream=True, logs=False))
+
+
+@contextlib.contextmanager
+def _context_folder(state: Path) -> Iterator[Path]:
+    """`state/build-context`, emptied, while this process holds its lock; a fresh temp folder
+    in `state` when another build holds it or the name is not a plain folder. Removed after."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    from gpulaunch.fsio import open_stream
+
+    stable = state / "build-context"
+    with open_stream(state / "build-context.lock", root=state.parent, append=True) as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.lexists(stable):
+                shutil.rmtree(stable)  # refuses a link (OSError): then a fresh folder
+            stable.mkdir(mode=0o700)
+            folder = stable
+        except OSError:
+            folder = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)

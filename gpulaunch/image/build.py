@@ -381,7 +381,6 @@ def run_build(
     remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
     prepared = prepare_build(config, project, builder, opts)
-    scan_context(project, prepared.request.entries)  # before the engine sees anything
     remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:
@@ -394,6 +393,8 @@ def run_build(
         engine.tag(prepared.tag, f"{config.name}:latest")
         remember()
         return BuildOutcome(prepared.tag, True, builder, prepared.dockerfile, plan=prepared.plan)
+    # before the engine sees anything; an image of this very tag sends nothing, so needs none
+    scan_context(project, prepared.request.entries)
 
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log_path = project / ".gpulaunch" / "logs" / f"build-{stamp}-{prepared.tag[-12:]}.log"
