@@ -71,3 +71,27 @@ def test_subpackages_stay_few_and_documented() -> None:
         assert len(modules) <= SMOKE_MODULES, package.name
         docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
         assert docstring and "import" in docstring, f"{package.name}: say what it may import"
+
+
+def _private_imports(tree: ast.AST) -> list[str]:
+    """`from gpulaunch.x import _name`: a module reaching into another's private names."""
+    return [
+        f"line {node.lineno}: {node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpulaunch")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_no_module_imports_another_modules_private_names(path: Path) -> None:
+    """What a module shares has a public name; its `_private` names are its own (issue 30)."""
+    assert _private_imports(ast.parse(path.read_text(encoding="utf-8"))) == []
+
+
+def test_the_private_import_check_sees_one() -> None:
+    code = "from gpulaunch.cli.app import _err, app\nfrom gpulaunch import __version__\n"
+    assert _private_imports(ast.parse(code)) == ["line 1: gpulaunch.cli.app._err"]

@@ -72,13 +72,13 @@ class _Group(TyperGroup):
                 err.show()  # type: ignore[attr-defined]
             else:
                 reason = " ".join(err.format_message().split())  # type: ignore[attr-defined]
-                _err(f"gpulaunch: error: {reason}")
+                echo_err(f"gpulaunch: error: {reason}")
                 ctx = getattr(err, "ctx", None)
                 if ctx is not None:
-                    _err(f"hint: see `{ctx.command_path} --help`")
+                    echo_err(f"hint: see `{ctx.command_path} --help`")
             code = int(getattr(err, "exit_code", ExitCode.USAGE))
         except typer.Abort:
-            _err("gpulaunch: interrupted")
+            echo_err("gpulaunch: interrupted")
             code = int(ExitCode.INTERRUPTED)
         if not standalone_mode:
             return code
@@ -109,11 +109,11 @@ app = typer.Typer(
 )
 
 
-# Where `_RunCommand` keeps the words after `--` (ctx.meta): run, shell, smoke and rerun.
+# Where `RunCommand` keeps the words after `--` (ctx.meta): run, shell, smoke and rerun.
 AFTER_DASHDASH = "gpulaunch.after_dashdash"
 
 
-class _RunCommand(TyperCommand):
+class RunCommand(TyperCommand):
     """Keeps what follows the first `--` out of click's parser, verbatim.
 
     click drops the `--` itself, so `run -- ./job.sh` and `run ./job.sh` would look the
@@ -138,7 +138,7 @@ class _State:
 STATE = _State()
 
 
-def _err(message: str) -> None:
+def echo_err(message: str) -> None:
     """Every message gpulaunch writes to stderr, masked (URL credentials, secret values), with
     control characters from labels, records or engine replies shown as escapes."""
     from gpulaunch.masking import mask
@@ -159,15 +159,15 @@ def handle_errors(fn: F) -> F:
         except GpulaunchError as err:
             if STATE.debug:
                 traceback.print_exc()
-            _err(f"gpulaunch: error: {err.message}")
+            echo_err(f"gpulaunch: error: {err.message}")
             if err.hint:
-                _err(f"hint: {err.hint}")
+                echo_err(f"hint: {err.hint}")
             raise typer.Exit(int(err.exit_code)) from None
         except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
             raise typer.Exit(0) from None
         except KeyboardInterrupt:
-            _err("gpulaunch: interrupted")
+            echo_err("gpulaunch: interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as err:
             if STATE.debug:
@@ -175,9 +175,9 @@ def handle_errors(fn: F) -> F:
             mapped = _outside_error(err)
             if mapped is not None:
                 message, code = mapped
-                _err(f"gpulaunch: error: {message}")
+                echo_err(f"gpulaunch: error: {message}")
                 raise typer.Exit(int(code)) from None
-            _err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
+            echo_err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
             raise typer.Exit(int(ExitCode.FAILURE)) from None
 
     return wrapper  # type: ignore[return-value]
@@ -255,7 +255,7 @@ SetOpt = Annotated[
 ]
 
 
-def _load(
+def load_project(
     config: Path | None, sets: list[str] | None = None, *, write_cache: bool = True
 ) -> tuple[Any, Path]:
     """The validated config (from the config cache when the file is unchanged, without
@@ -273,7 +273,7 @@ def _load(
     return load(path, sets or (), write=write_cache), path.resolve().parent
 
 
-def _engine() -> Any:
+def make_engine() -> Any:
     from gpulaunch.engine.docker_api import Engine
 
     return Engine()
@@ -284,13 +284,13 @@ NetworkOpt = Annotated[
 ]
 
 
-def _check_single_line(flags: dict[str, str | None]) -> None:
+def check_single_line(flags: dict[str, str | None]) -> None:
     from gpulaunch.jobs.options import check_flag_lines
 
     check_flag_lines(dict(flags))
 
 
-def _check_network(network: str | None) -> None:
+def check_network_flag(network: str | None) -> None:
     from gpulaunch.jobs.options import check_network
 
     check_network(network)

@@ -14,21 +14,21 @@ from gpulaunch.cli.app import (
     AFTER_DASHDASH,
     ConfigOpt,
     NetworkOpt,
+    RunCommand,
     SetOpt,
-    _check_network,
-    _check_single_line,
-    _engine,
-    _err,
-    _load,
-    _RunCommand,
     app,
+    check_network_flag,
+    check_single_line,
+    echo_err,
     handle_errors,
+    load_project,
+    make_engine,
 )
-from gpulaunch.cli.image import _build_with_progress
+from gpulaunch.cli.image import build_with_progress
 from gpulaunch.errors import ConfigError, ExitCode
 
 
-@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def smoke(
     ctx: typer.Context,
@@ -116,8 +116,8 @@ def smoke(
     from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
     from gpulaunch.launch.plan import RunOptions
 
-    _check_network(network)
-    _check_single_line(
+    check_network_flag(network)
+    check_single_line(
         {"--gpus": gpus, "--profile": profile, "--nccl": nccl, "--numa": numa,
          "--precision": precision, "--junit": junit}
     )  # fmt: skip
@@ -132,7 +132,7 @@ def smoke(
             raise ConfigError("smoke: nothing after --; give a command (smoke -- python -m x)")
     elif tail is not None:
         rest += tail
-    cfg, project = _load(config, sets, write_cache=not dry_run)
+    cfg, project = load_project(config, sets, write_cache=not dry_run)
     junit_to = check_junit_file(junit_path, project, force) if junit_path else None
     summary_to = check_summary_file(summary_path, project) if summary_path else None
     opts = RunOptions(
@@ -144,18 +144,18 @@ def smoke(
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = prepare(spec, smoke_opts)  # bad flags fail here: nothing built or written yet
     if dry_run:  # as `run --dry-run`: no daemon, no log, no record, no report
-        from gpulaunch.cli.jobs import _dry_run
+        from gpulaunch.cli.jobs import show_dry_run
 
         if gpus == "auto" and not as_json:
             typer.echo("# smoke: --gpus auto picks the GPUs at run time; shown: the CPU fallback")
-        _dry_run(spec, as_json, False)
+        show_dry_run(spec, as_json, False)
         return
     out = sys.stderr.buffer if as_json else sys.stdout.buffer
-    jobio = JobIO(out, sys.stderr.buffer, _err, _build_with_progress)
+    jobio = JobIO(out, sys.stderr.buffer, echo_err, build_with_progress)
     log_path = log_file(project, job.plan.run.run_id)
     with open_stream(log_path, root=project) as log:
-        observers = standard_observers(spec, _err, kind="smoke")  # smoke runs get records too
-        result = run_smoke(job, smoke_opts, _engine(), jobio, log, log_path, observers)
+        observers = standard_observers(spec, echo_err, kind="smoke")  # smoke runs get records too
+        result = run_smoke(job, smoke_opts, make_engine(), jobio, log, log_path, observers)
     if junit_to is not None:
         write_junit(result, *junit_to)
     if summary_to is not None:
@@ -166,14 +166,14 @@ def smoke(
 def _finish(result: Any, as_json: bool, junit_path: Path | None) -> None:
     """Say how it went (stderr), print the JSON result, exit with the documented code."""
     if result.error is not None and result.error.hint:
-        _err(f"hint: {result.error.hint}")
+        echo_err(f"hint: {result.error.hint}")
     if result.outcome == "passed":
-        _err(f"smoke passed in {result.duration:.1f} s")
+        echo_err(f"smoke passed in {result.duration:.1f} s")
     else:
-        _err(f"gpulaunch: smoke {result.outcome}: {result.message}")
-    _err(f"log: {result.log_path}")
+        echo_err(f"gpulaunch: smoke {result.outcome}: {result.message}")
+    echo_err(f"log: {result.log_path}")
     if junit_path is not None:
-        _err(f"junit: {junit_path}")
+        echo_err(f"junit: {junit_path}")
     if as_json:
         from gpulaunch.masking import mask_data
 
@@ -203,8 +203,8 @@ def doctor(
 
     cfg = None
     if config is not None or (Path.cwd() / "gpulaunch.yaml").is_file():
-        cfg, _ = _load(config, sets)
-    report = run_doctor(_engine(), cfg)
+        cfg, _ = load_project(config, sets)
+    report = run_doctor(make_engine(), cfg)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

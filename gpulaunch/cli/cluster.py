@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, _check_single_line, _err, _load, app, handle_errors
+from gpulaunch.cli.app import (
+    ConfigOpt,
+    app,
+    check_single_line,
+    echo_err,
+    handle_errors,
+    load_project,
+)
 
 export_app = typer.Typer(
     help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
@@ -55,7 +62,7 @@ _NOT_JOB = ("output", "force", "dry_run", "context")  # the command's own, not t
 def _opts(script: str, args: Any, **kw: Any) -> Any:
     from gpulaunch.export.spec import ExportOptions
 
-    _check_single_line(
+    check_single_line(
         {f"--{k}": v for k, v in kw.items() if k in ("gpus", "name", "image", "profile", "nccl")}
     )
     kw["env"] = list(kw.get("env") or [])
@@ -71,7 +78,7 @@ def _write(text: str, output: str, force: bool, project: Path) -> None:
     target = Path(output).absolute()
     inside = target.is_relative_to(project) and target != project
     write_file(target, text, force=force, root=project if inside else None)
-    _err(f"wrote {output}")
+    echo_err(f"wrote {output}")
 
 
 def _job(given: dict[str, Any]) -> dict[str, Any]:
@@ -86,12 +93,12 @@ def _k8s(given: dict[str, Any]) -> Any:
     kw = _job(given)
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
     kind, namespace = kw.pop("kind"), kw.pop("namespace")
-    cfg, project = _load(config, write_cache=not given.get("dry_run"))
+    cfg, project = load_project(config, write_cache=not given.get("dry_run"))
     result = export_k8s(
         cfg, project, Path.cwd(), _opts(script, args, **kw), kind, namespace, config
     )
     for warning in result.warnings:
-        _err(f"warning: {warning}")
+        echo_err(f"warning: {warning}")
     return result, project
 
 
@@ -103,12 +110,12 @@ def _slurm(given: dict[str, Any]) -> Any:
     kw = _job(given)
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
     slurm = {key: kw.pop(key) for key in _SLURM_KEYS}
-    _check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
-    cfg, project = _load(config, write_cache=not given.get("dry_run"))
+    check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
+    cfg, project = load_project(config, write_cache=not given.get("dry_run"))
     opts = _opts(script, args, **kw)
     result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**slurm), config)
     for warning in result.warnings:
-        _err(f"warning: {warning}")
+        echo_err(f"warning: {warning}")
     return result, project
 
 
@@ -193,7 +200,7 @@ def submit_k8s_cmd(
     result, _ = _k8s(locals())  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_k8s
 
-    _check_single_line({"--context": context})
+    check_single_line({"--context": context})
     if dry_run:
         ctx = f"--context {context} " if context else ""
         typer.echo(f"# kubectl {ctx}apply -f - <<'MANIFEST'")

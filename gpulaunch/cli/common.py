@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from gpulaunch.cli.app import _err
+from gpulaunch.cli.app import echo_err
 
 
 class StatusLine:
@@ -87,15 +87,15 @@ def status_line(io: Any, off: bool) -> Any:
 def exit_with(code: int, job: Any) -> None:
     """The job's exit code; a failure's known cause and fix are the last line printed."""
     if code:
-        _err(f"gpulaunch: job exited with {code}")
+        echo_err(f"gpulaunch: job exited with {code}")
     if code and job.explanation is not None:
-        _err(f"gpulaunch: {job.explanation.text()}")
+        echo_err(f"gpulaunch: {job.explanation.text()}")
     raise typer.Exit(code)
 
 
 def print_warnings(plan: Any) -> None:
     for warning in plan.launch.warnings:
-        _err(f"warning: {warning}")
+        echo_err(f"warning: {warning}")
 
 
 def run_line(plan: Any, detach: bool = False) -> str:

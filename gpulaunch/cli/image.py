@@ -20,12 +20,12 @@ from gpulaunch.cli.app import (
     ConfigOpt,
     NetworkOpt,
     SetOpt,
-    _check_network,
-    _engine,
-    _err,
-    _load,
     app,
+    check_network_flag,
+    echo_err,
     handle_errors,
+    load_project,
+    make_engine,
 )
 from gpulaunch.errors import ConfigError
 
@@ -110,7 +110,7 @@ def init(
         )
     )
     for note in result.notes:
-        _err(note)
+        echo_err(note)
     warn_if_stale()
     if result.requirements_path is not None:
         typer.echo(f"wrote {result.requirements_path}")
@@ -141,24 +141,24 @@ def render(
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
-    kind = _builder_choice(builder)
-    cfg, project = _load(config, sets)
+    kind = builder_choice(builder)
+    cfg, project = load_project(config, sets)
     # judged by where it resolves: inside the project the writer walks from it, no link followed
     target = None if is_stdout(output) else resolve_output(Path(output), project, "--output")
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan)
     for warning in plan.resolved.warnings:
-        _err(f"warning: {warning}")
+        echo_err(f"warning: {warning}")
     warn_if_stale()
     remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
     if target is None:
         typer.echo(text, nl=False)
     else:
         write_file(target.path, text, force=force, root=target.root)
-        _err(f"wrote {output}")
+        echo_err(f"wrote {output}")
 
 
-def _builder_choice(builder: str | None) -> str:
+def builder_choice(builder: str | None) -> str:
     """--builder, else the builder `build` will use: decided from the docker client binary
     alone, so render, dry runs and the real build agree whether or not a daemon answers."""
     if builder not in (None, "buildkit", "classic"):
@@ -211,13 +211,13 @@ ProgressOpt = Annotated[
 ]
 
 
-def _check_progress(progress: str) -> str:
+def check_progress(progress: str) -> str:
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress: {progress!r} is not auto, plain or quiet")
     return progress
 
 
-def _build_with_progress(
+def build_with_progress(
     cfg: Any, project: Path, opts: Any, engine: Any = None, progress: str = "auto"
 ) -> Any:
     """Run a build and show its steps on stderr: on a terminal (`auto`) a live line with the
@@ -232,8 +232,8 @@ def _build_with_progress(
     from gpulaunch.errors import BuildError
     from gpulaunch.image.build import run_build
 
-    engine = engine or _engine()
-    mode = _check_progress(progress)
+    engine = engine or make_engine()
+    mode = check_progress(progress)
     if mode == "auto":
         mode = "live" if sys.stderr.isatty() else "plain"
     live: Any = None
@@ -248,7 +248,7 @@ def _build_with_progress(
             if live is not None:
                 live.update(f"{where[:110]} ({step.elapsed:.0f}s)")
             elif mode == "plain" and step.fresh:
-                _err(f"{where} ({step.elapsed:.0f}s)")
+                echo_err(f"{where} ({step.elapsed:.0f}s)")
                 sys.stderr.flush()
 
         try:
@@ -263,10 +263,10 @@ def _build_with_progress(
             raise
     if outcome.cached:
         if mode != "quiet":
-            _err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
+            echo_err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
     elif mode != "quiet":
         size = f", {_human_size(outcome.size)}" if outcome.size is not None else ""
-        _err(
+        echo_err(
             f"built {outcome.tag} with {outcome.builder} in {outcome.seconds:.1f}s{size}; "
             f"log: {outcome.log_path}"
         )
@@ -308,14 +308,14 @@ def build(
     from gpulaunch.engine.docker_api import Engine
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
 
-    _check_network(network)
-    _check_progress(progress)
+    check_network_flag(network)
+    check_progress(progress)
     if push is not None:
         from gpulaunch.export.images import push_target
 
         push_target(push)  # a bad reference fails before anything is built or printed
-    kind = _builder_choice(builder)
-    cfg, project = _load(config, sets, write_cache=not dry_run)
+    kind = builder_choice(builder)
+    cfg, project = load_project(config, sets, write_cache=not dry_run)
     opts = BuildOptions(
         network=network,
         rebuild=rebuild,
@@ -351,13 +351,13 @@ def build(
                 typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")
                 typer.echo(f"docker push {ref.repository}:{tag}")
         return
-    outcome = _build_with_progress(cfg, project, opts, progress=progress)
+    outcome = build_with_progress(cfg, project, opts, progress=progress)
     typer.echo(outcome.tag)
     if push is not None:
         from gpulaunch.export.api import push_image
 
-        pushed = push_image(_engine(), project, outcome.tag, push, lambda line: None)
-        _err(f"pushed {pushed.pushed_tag}")
+        pushed = push_image(make_engine(), project, outcome.tag, push, lambda line: None)
+        echo_err(f"pushed {pushed.pushed_tag}")
         typer.echo(pushed.reference)
 
 
@@ -381,7 +381,7 @@ def warn_if_stale() -> None:
     except (GpulaunchError, OSError):
         return
     if message:
-        _err(f"warning: {message}")
+        echo_err(f"warning: {message}")
 
 
 @catalog_app.command("update")

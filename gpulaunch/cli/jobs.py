@@ -14,17 +14,17 @@ from gpulaunch.cli.app import (
     AFTER_DASHDASH,
     ConfigOpt,
     NetworkOpt,
+    RunCommand,
     SetOpt,
-    _check_single_line,
-    _engine,
-    _err,
-    _load,
-    _RunCommand,
     app,
+    check_single_line,
+    echo_err,
     handle_errors,
+    load_project,
+    make_engine,
 )
 from gpulaunch.cli.common import exit_with, print_warnings, run_line, status_line
-from gpulaunch.cli.image import ProgressOpt, _build_with_progress, _builder_choice, _check_progress
+from gpulaunch.cli.image import ProgressOpt, build_with_progress, builder_choice, check_progress
 from gpulaunch.errors import ConfigError
 
 InteractiveOpt = Annotated[
@@ -66,7 +66,7 @@ ImageOpt = Annotated[
 RebuildOpt = Annotated[bool, typer.Option(help="Rebuild the image first.")]
 
 
-@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def run(
     ctx: typer.Context,
@@ -165,8 +165,8 @@ def run(
     from gpulaunch.jobs.options import check_options, check_price
     from gpulaunch.launch.plan import RunOptions
 
-    _check_single_line({"--price": price})
-    _check_progress(progress)
+    check_single_line({"--price": price})
+    check_progress(progress)
     if detach and (interactive or tty):
         flag = "--interactive" if interactive else "--tty"
         raise ConfigError(f"{flag}: not available with --detach")
@@ -207,10 +207,10 @@ def run(
     )
     check_options(opts)  # the same checks `rerun` applies to a record's options
     price = check_price(price)
-    cfg, project = _load(config, sets, write_cache=not dry_run)
+    cfg, project = load_project(config, sets, write_cache=not dry_run)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
-        _dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
+        show_dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
         return
     job = plan_job(spec)  # before any build
     print_warnings(job.plan)
@@ -218,11 +218,11 @@ def run(
         from gpulaunch.engine.supervise import choose
 
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
-    shown = functools.partial(_build_with_progress, progress=progress)
-    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, shown)
+    shown = functools.partial(build_with_progress, progress=progress)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, shown)
     # host jobs and jobs with a terminal own the terminal: no status line
     status = status_line(io, no_status or detach or no_container or job.plan.run.tty)
-    observers = standard_observers(spec, _err, on_sample=status and status.show)
+    observers = standard_observers(spec, echo_err, on_sample=status and status.show)
     try:
         code = _start(job, io, observers, no_container, detach)
     finally:
@@ -239,7 +239,7 @@ def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) 
     if no_container:
         code = run_on_this_host(job, io, observers)
     else:
-        engine = _engine()  # one client for the build check and the run
+        engine = make_engine()  # one client for the build check and the run
         build_image(job, engine, io)
         if detach:
             typer.echo(start_detached(job, engine, io, observers))
@@ -248,7 +248,7 @@ def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) 
     return code
 
 
-def _dry_run(
+def show_dry_run(
     spec: Any, as_json: bool, detach: bool, interactive: tuple[bool, bool] = (False, False)
 ) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
@@ -262,7 +262,7 @@ def _dry_run(
         print_warnings(job.plan)
         _print_dry_run(job.plan, None, None, as_json)
         return
-    kind: Builder = _builder_choice(None)  # type: ignore[assignment]
+    kind: Builder = builder_choice(None)  # type: ignore[assignment]
     cli = Engine().docker_cli() if kind == "buildkit" else None
     prepared = prepare_build(
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
@@ -305,7 +305,7 @@ def ps(
 ) -> None:
     """List containers started by `gpulaunch run` (run id, project label and name together)."""
     rows = []
-    for container in _engine().list_managed(all_states):
+    for container in make_engine().list_managed(all_states):
         _finish_record(container)
         labels = container.labels or {}
         tags = container.image.tags if container.image else []
@@ -354,7 +354,7 @@ def logs(
 ) -> None:
     """Show the output of a gpulaunch container."""
     _check_ident(ident)
-    container = _engine().get_managed(ident)
+    container = make_engine().get_managed(ident)
     if follow:
         for chunk in container.logs(stream=True, follow=True):
             sys.stdout.buffer.write(chunk)
@@ -374,7 +374,7 @@ def stop(
 ) -> None:
     """Stop (SIGTERM, then SIGKILL after the timeout) and remove a gpulaunch container."""
     _check_ident(ident)
-    engine = _engine()
+    engine = make_engine()
     container = engine.get_managed(ident)
     container.stop(timeout=timeout)
     _finish_record(container)  # before it is removed: its exit code is in the record
@@ -387,14 +387,14 @@ def _finish_record(container: Any) -> None:
     from gpulaunch.records.reconcile import finish_container
 
     labels = container.labels or {}
-    finish_container(container, labels.get("io.gpulaunch.run-id"), _err)
+    finish_container(container, labels.get("io.gpulaunch.run-id"), echo_err)
 
 
 # bash when the image has it, else sh (a slim base image may lack bash)
 DEFAULT_SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"]
 
 
-@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def shell(
     ctx: typer.Context,
@@ -433,12 +433,12 @@ def shell(
         image=image,
     )
     check_options(opts)  # run's checks: one-line flags, --network, --image, mounts, env
-    cfg, project = _load(config, sets)
+    cfg, project = load_project(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = plan_job(spec)
     print_warnings(job.plan)
     job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
-    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
-    engine: Any = _engine()
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
+    engine: Any = make_engine()
     build_image(job, engine, io)
     exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, _err, app, handle_errors
+from gpulaunch.cli.app import ConfigOpt, app, echo_err, handle_errors
 
 profiles_app = typer.Typer(
     help="Launch profiles: list them, or show one resolved with the source of each value.",
@@ -89,6 +89,6 @@ def profiles_show(
         for key, item in values.items():
             typer.echo(f"  {key} = {item['value']}    # {item['source']}")
     for warning in resolved.warnings:
-        _err(f"warning: {warning}")
+        echo_err(f"warning: {warning}")
     for note in resolved.notes:
         typer.echo(f"note: {note}")

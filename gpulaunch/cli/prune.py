@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, _engine, _err, _load, app, handle_errors
+from gpulaunch.cli.app import ConfigOpt, app, echo_err, handle_errors, load_project, make_engine
 
 
 @app.command()
@@ -62,7 +62,7 @@ def prune(
             hint="run it in the project folder, pass --config, or use --all-projects",
         )
     if found:  # with --all-projects too: this project's records still keep their images
-        cfg, folder = _load(config, write_cache=not dry_run)
+        cfg, folder = load_project(config, write_cache=not dry_run)
         project_name = cfg.name
         if not include_recorded:
             from gpulaunch.records.history import select
@@ -70,11 +70,11 @@ def prune(
 
             loaded = load_all(folder)
             for warning in loaded.warnings:
-                _err(warning)
+                echo_err(warning)
             since = datetime.now(UTC) - timedelta(days=RECENT_RECORD_DAYS)
             records = select(loaded.records, None, since)
     report = prune_images(
-        _engine(),
+        make_engine(),
         project=None if all_projects else project_name,
         keep=keep,
         records=records,
@@ -122,11 +122,11 @@ def prune_notice(project: str, tag: str, engine: Any = None) -> None:
     from gpulaunch.image.prune import older_images_notice
 
     try:
-        line = older_images_notice(engine or _engine(), project, tag, os.environ)
+        line = older_images_notice(engine or make_engine(), project, tag, os.environ)
     except ConfigError as err:
-        _err(f"warning: {err.message}; no prune notice")
+        echo_err(f"warning: {err.message}; no prune notice")
         return
     except EngineError:
         return
     if line is not None:
-        _err(line)
+        echo_err(line)

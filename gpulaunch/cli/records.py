@@ -12,12 +12,12 @@ import typer
 from gpulaunch.cli.app import (
     AFTER_DASHDASH,
     ConfigOpt,
-    _engine,
-    _err,
-    _load,
-    _RunCommand,
+    RunCommand,
     app,
+    echo_err,
     handle_errors,
+    load_project,
+    make_engine,
 )
 
 
@@ -35,12 +35,12 @@ class _LazyEngine:
 
         if self.engine is None and not self.failed:
             try:
-                engine = _engine()
+                engine = make_engine()
                 engine.client()
                 self.engine = engine
             except GpulaunchError as err:
                 self.failed = True
-                _err(f"warning: cannot check running records against the engine: {err.message}")
+                echo_err(f"warning: cannot check running records against the engine: {err.message}")
         if self.engine is None:
             raise EngineError("no engine")
         return self.engine.find_leftover(name, run_id)
@@ -63,9 +63,9 @@ def history(
     from gpulaunch.records.history import parse_since, row, select, totals
     from gpulaunch.records.reconcile import reconcile
 
-    _, project = _load(config)
+    _, project = load_project(config)
     after = parse_since(since) if since is not None else None
-    records = reconcile(project, _LazyEngine(), _err)
+    records = reconcile(project, _LazyEngine(), echo_err)
     chosen = select(records, limit, after)
     summary = totals(chosen)
     if as_json:
@@ -94,7 +94,7 @@ def history(
     )
 
 
-@app.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})
+@app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def rerun(
     ctx: typer.Context,
@@ -121,7 +121,7 @@ def rerun(
     Extra arguments for the job go after `--`: gpulaunch rerun ID -- --epochs 2
     """
     from gpulaunch.cli.common import exit_with, print_warnings, run_line
-    from gpulaunch.cli.image import _build_with_progress
+    from gpulaunch.cli.image import build_with_progress
     from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
@@ -141,7 +141,7 @@ def rerun(
     )
     from gpulaunch.records.store import load
 
-    current, project = _load(config)
+    current, project = load_project(config)
     record = load(project, ident)
     extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
     spec = rerun_spec(record, current, extra, here=project)
@@ -157,32 +157,32 @@ def rerun(
         raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
     print_warnings(job.plan)
     _note_changed_command(ident, record, job.plan, extra)
-    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, _err, _build_with_progress)
-    observers = standard_observers(spec, _err, rerun_of=ident)
+    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
+    observers = standard_observers(spec, echo_err, rerun_of=ident)
     if spec.mount_project:
         differs = tree_difference(record, project)
         what = "this host runs" if host else "--current-code: the job runs"
-        _err(
+        echo_err(
             f"note: {what} today's tree; "
             + (f"it differs from the run's: {differs}" if differs else "git sees no change")
         )
     else:
-        _err(
+        echo_err(
             f"note: rerun of {ident} runs the recorded code (the image's own /workspace); "
             "outputs reach the host only through launch.checkpoint_dir and mounts"
         )
     if host:
-        _err(f"rerun of {ident} on this host: {run_line(job.plan)}")
+        echo_err(f"rerun of {ident} on this host: {run_line(job.plan)}")
         code = run_on_this_host(job, io, observers)
     else:
-        engine = _engine()
+        engine = make_engine()
         if rebuild:
             if not current_code:
                 check_rebuild_matches(job, record, engine)
             build_image(job, engine, io)
         else:
             reuse_image(job, record, engine)
-        _err(f"rerun of {ident}: {run_line(job.plan, spec.opts.detach)}")
+        echo_err(f"rerun of {ident}: {run_line(job.plan, spec.opts.detach)}")
         if spec.opts.detach:
             typer.echo(start_detached(job, engine, io, observers))
             return
@@ -199,7 +199,7 @@ def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: 
     recorded = [str(part) for part in record.get("command") or []]
     now = [mask(str(part)) for part in plan.run.command]
     if not extra and recorded != now:
-        _err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")
+        echo_err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")
 
 
 @app.command()
@@ -220,7 +220,7 @@ def explain(
 
     from gpulaunch.records.explain import explain_target
 
-    found, label = explain_target(target, Path.cwd(), lambda: _load(config)[1])
+    found, label = explain_target(target, Path.cwd(), lambda: load_project(config)[1])
     if as_json:
         typer.echo(json.dumps({"target": label, "explanation": found}, indent=2))
     elif found is not None:
@@ -229,6 +229,6 @@ def explain(
         if found.get("doc"):
             typer.echo(f"see: {found['doc']}")
     else:
-        _err(f"{label}: no known cause found")
+        echo_err(f"{label}: no known cause found")
     if found is None:
         raise typer.Exit(1)

@@ -86,7 +86,7 @@ class BuildTerminated(GpulaunchError):
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> Iterator[None]:
     """Turn SIGTERM into an exception while building so `finally` blocks run (temp files
     removed, the docker child terminated). Only the main thread may install handlers."""
     import signal

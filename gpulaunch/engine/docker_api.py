@@ -25,8 +25,8 @@ from gpulaunch.engine.buildspec import (
     Builder,
     BuildRequest,
     DockerCli,
-    _sigterm_raises,
     secret_links,
+    sigterm_raises,
 )
 from gpulaunch.engine.context import mirror, write_tar
 from gpulaunch.engine.replies import from_transport, probe_cli, short_text, stalls_raise
@@ -386,7 +386,7 @@ class Engine:
         state = req.context / ".gpulaunch"
         make_dirs(state, root=req.context)  # refuses a planted link
         with (
-            _sigterm_raises(),
+            sigterm_raises(),
             tempfile.TemporaryDirectory(prefix="gpulaunch-build-") as tmp,
             _context_folder(state) as context,
         ):
@@ -441,7 +441,7 @@ class Engine:
                 "would keep them in the image history; build with BuildKit"
             )
         client = self.client()
-        with _sigterm_raises(), tempfile.TemporaryFile(prefix="gpulaunch-context-") as tar:
+        with sigterm_raises(), tempfile.TemporaryFile(prefix="gpulaunch-context-") as tar:
             extra = {
                 CLASSIC_DOCKERFILE: req.dockerfile,
                 ".dockerignore": f".dockerignore\n{CLASSIC_DOCKERFILE}\n",

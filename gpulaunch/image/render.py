@@ -20,9 +20,9 @@ from gpulaunch.engine.context import CODE_DIR, context_path
 from gpulaunch.errors import ConfigError
 from gpulaunch.image.request import (
     ResolvedImage,
-    _torch_summary,
     check_certificate,
     check_image_env,
+    torch_summary,
 )
 from gpulaunch.image.request import image_request as image_request  # its old home
 from gpulaunch.image.request import summarize as summarize
@@ -283,7 +283,7 @@ def plan_image(
         "pip_upgrade": pip_upgrade,
         "pip_note": pip_note,
         "torch_install": torch_install,
-        "torch_summary": _torch_summary(resolved),
+        "torch_summary": torch_summary(resolved),
         "torch_source_flags": torch_flags,
         "pip_cache_flag": "" if builder == "buildkit" else " --no-cache-dir",
         "find_links": links,

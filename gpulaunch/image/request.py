@@ -110,7 +110,7 @@ def image_request(config: ProjectConfig) -> ImageRequest:
     )
 
 
-def _torch_summary(resolved: ResolvedImage) -> str:
+def torch_summary(resolved: ResolvedImage) -> str:
     if resolved.torch is None:
         return "none"
     variant = f"+{resolved.torch_variant}" if resolved.torch_variant else ""
@@ -122,7 +122,7 @@ def summarize(resolved: ResolvedImage) -> str:
     if resolved.ngc_tag:
         parts.append(f"NGC PyTorch {resolved.ngc_tag} (torch from the image)")
     elif resolved.torch:
-        parts.append(f"torch {_torch_summary(resolved)}")
+        parts.append(f"torch {torch_summary(resolved)}")
     parts.append(f"CUDA {resolved.cuda}" if resolved.cuda else "CPU only")
     parts.append(f"Python {resolved.python}")
     if resolved.os:

@@ -44,7 +44,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "allow_unsafe_mounts": ("--allow-unsafe-mounts", "bool"),
 }
 
-# string flags that must be one non-empty line (`run`'s _check_single_line list)
+# string flags that must be one non-empty line (`run`'s check_single_line list)
 _LINE_FLAGS = (
     "gpus",
     "profile",

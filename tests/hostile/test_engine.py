@@ -317,7 +317,7 @@ def test_ps_off_a_terminal_neither_truncates_nor_wraps(
         )
         for i in (1, 2)
     ]
-    monkeypatch.setattr(cli, "_engine", lambda: SimpleNamespace(list_managed=lambda _all: rows))
+    monkeypatch.setattr(cli, "make_engine", lambda: SimpleNamespace(list_managed=lambda _all: rows))
     table = hostile.invoke("ps")
     assert table.code == 0, table.stderr
     lines = table.stdout.splitlines()
@@ -345,7 +345,9 @@ def test_ps_and_errors_show_escape_sequences_from_labels_as_text(
         status=evil,
         image=SimpleNamespace(tags=[evil]),
     )
-    monkeypatch.setattr(cli, "_engine", lambda: SimpleNamespace(list_managed=lambda _all: [row]))
+    monkeypatch.setattr(
+        cli, "make_engine", lambda: SimpleNamespace(list_managed=lambda _all: [row])
+    )
     table = hostile.invoke_unchanged("ps")
     assert table.code == 0, table.stderr
     controls = [c for c in table.stdout if c not in "\n" and (ord(c) < 32 or 0x7F <= ord(c) < 0xA0)]
@@ -357,7 +359,7 @@ def test_ps_and_errors_show_escape_sequences_from_labels_as_text(
         or ("\\x9b" in table.stdout)
     )
     boom = SimpleNamespace(list_managed=lambda _all: (_ for _ in ()).throw(EngineError(evil)))
-    monkeypatch.setattr(cli, "_engine", lambda: boom)
+    monkeypatch.setattr(cli, "make_engine", lambda: boom)
     err = hostile.invoke_unchanged("ps")
     assert err.code == 3
     assert not [c for c in err.stderr if c != "\n" and (ord(c) < 32 or 0x7F <= ord(c) < 0xA0)]

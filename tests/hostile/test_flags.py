@@ -171,7 +171,7 @@ def test_outside_errors_map_to_one_line(
     def boom() -> None:
         raise error
 
-    monkeypatch.setattr(cli, "_engine", boom)
+    monkeypatch.setattr(cli, "make_engine", boom)
     outcome = hostile.invoke_unchanged("ps")
     line = outcome.assert_clean_error(code)
     assert line == f"gpulaunch: error: {text}"
@@ -186,7 +186,7 @@ def test_requests_errors_are_engine_errors(
     def boom() -> None:
         raise requests.exceptions.ConnectionError("Connection aborted")
 
-    monkeypatch.setattr(cli, "_engine", boom)
+    monkeypatch.setattr(cli, "make_engine", boom)
     hostile.invoke_unchanged("ps").assert_clean_error(3, "Docker engine", "Connection aborted")
 
 

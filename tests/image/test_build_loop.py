@@ -283,13 +283,13 @@ class _StepEngine:
 def test_off_a_terminal_each_step_is_one_line_and_quiet_shows_none(
     cli: Hostile, capsys: pytest.CaptureFixture[str], mode: str
 ) -> None:
-    from gpulaunch.cli.image import _build_with_progress
+    from gpulaunch.cli.image import build_with_progress
     from gpulaunch.config import load_config
 
     cli.monkeypatch.chdir(cli.project)
     cfg = load_config(cli.project / "gpulaunch.yaml")
     opts = BuildOptions(builder="buildkit", rebuild=True)
-    outcome = _build_with_progress(cfg, cli.project, opts, _StepEngine(), progress=mode)
+    outcome = build_with_progress(cfg, cli.project, opts, _StepEngine(), progress=mode)
     err = capsys.readouterr().err.splitlines()
     if mode == "quiet":
         assert err == []

@@ -283,7 +283,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def _use(monkeypatch: pytest.MonkeyPatch, engine: Any) -> None:
     import gpulaunch.cli.prune as cli
 
-    monkeypatch.setattr(cli, "_engine", lambda: engine)
+    monkeypatch.setattr(cli, "make_engine", lambda: engine)
 
 
 def _seal_record(project: Path, run_id: str, tag: str, started: str) -> None:
