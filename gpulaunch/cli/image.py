@@ -353,6 +353,10 @@ def build(
         return
     outcome = build_with_progress(cfg, project, opts, progress=progress)
     typer.echo(outcome.tag)
+    if not outcome.cached:  # a new image: say when the older ones pile up
+        from gpulaunch.cli.prune import prune_notice
+
+        prune_notice(cfg.name, outcome.tag)
     if push is not None:
         from gpulaunch.export.api import push_image
 

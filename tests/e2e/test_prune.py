@@ -19,7 +19,7 @@ import pytest
 import yaml
 from engine_env import busybox_image
 
-from e2e.support import BUILD_TIMEOUT_S, gl, temp_name, tiny_config, write_project
+from e2e.support import BUILD_TIMEOUT_S, cli_env, gl, temp_name, tiny_config, write_project
 
 pytestmark = pytest.mark.docker
 
@@ -148,3 +148,21 @@ def test_build_notice_counts_the_real_images(docker_client: Any, tmp_path: Path)
     assert line is not None and line.startswith(f"note: 1 older image(s) of {name} take ")
     limit = {"GPULAUNCH_PRUNE_NOTICE": str(size)}
     assert older_images_notice(engine, name, second, limit) is None
+
+
+def test_build_says_when_older_images_pass_the_notice_size(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """`gpulaunch build` itself prints the notice after a new image, and not when up to date."""
+    name = temp_name("notice-cli")
+    project = write_project(tmp_path / "notice-cli", "tiny", tiny_config(name))
+    _build(project, name, "echo one")
+    config = tiny_config(name, run=["echo two"])
+    (project / "gpulaunch.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    env = cli_env(GPULAUNCH_PRUNE_NOTICE="1k")
+    built = gl("build", cwd=project, env=env, timeout=BUILD_TIMEOUT_S)
+    assert built.returncode == 0, built.describe()
+    notes = [line for line in built.stderr.splitlines() if "gpulaunch prune" in line]
+    assert len(notes) == 1 and f"1 older image(s) of {name}" in notes[0], built.stderr
+    again = gl("build", cwd=project, env=env, timeout=BUILD_TIMEOUT_S)
+    assert again.returncode == 0 and "gpulaunch prune" not in again.stderr, again.describe()
