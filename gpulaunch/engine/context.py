@@ -499,11 +499,16 @@ def _text_of(project: Path, entry: Entry) -> str:
 
 
 def _bytes_of(project: Path, entry: Entry) -> bytes:
+    """The file's bytes; b"" for a binary (a NUL in its head) or an oversized file, told from
+    the head and the size alone, so a wheelhouse is not read to be skipped."""
     with _open_entry(project, entry) as fh:
-        data = fh.read(SCAN_MAX_BYTES + 1)
-    if len(data) > SCAN_MAX_BYTES or b"\0" in data[:_BINARY_PROBE]:
-        return b""
-    return data
+        if os.fstat(fh.fileno()).st_size > SCAN_MAX_BYTES:
+            return b""
+        head = fh.read(_BINARY_PROBE)
+        if b"\0" in head:
+            return b""
+        data = head + fh.read(SCAN_MAX_BYTES + 1 - len(head))
+    return b"" if len(data) > SCAN_MAX_BYTES else data
 
 
 @dataclass(frozen=True)
