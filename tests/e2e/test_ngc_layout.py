@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,19 @@ def test_ngc_render_keeps_the_image_constraints(docker_client: Any, tmp_path: Pa
         assert result.returncode == 0, result.stderr
         text = result.stdout
         assert text.count("\nFROM nvcr.io/nvidia/pytorch:") == 1 and "-m venv" not in text
-        (project / "Dockerfile.test").write_text(
+        # the context as gpulaunch sends it: the project under workspace/, the wheelhouse
+        # under inputs/ (gpulaunch/engine/context.py)
+        context = tmp_path / "context"
+        shutil.copytree(project, context / "workspace")
+        shutil.copytree(project / "wheels", context / "inputs" / "wheels")
+        (context / "Dockerfile.test").write_text(
             "\n".join(
                 f"FROM {fake_ngc}" if line.startswith("FROM ") else line
                 for line in text.splitlines()
             )
             + "\n"
         )
-        _build(docker_client, project, "Dockerfile.test", built)
+        _build(docker_client, context, "Dockerfile.test", built)
         out = docker_client.containers.run(
             built,
             [

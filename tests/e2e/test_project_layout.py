@@ -60,7 +60,8 @@ def test_includes_editable_src_layout_and_subfolder_script(
         rendered = gl("render", cwd=project)
         assert rendered.returncode == 0, rendered.describe()
         text = rendered.stdout
-        assert 'COPY ["requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]' in text
+        copied = '"workspace/requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"'
+        assert f"COPY [{copied}]" in text
         assert text.index("-r /opt/gpulaunch/req/requirements.txt filelock") < text.index(
             "COPY --chown"
         )
