@@ -191,11 +191,12 @@ class Engine:
         )
 
         if self._kind is None:
-            try:
-                version = self.api().call("GET", "/version")
+            try:  # the ping asked /version already: its answer, when the transport kept it
+                api = self.api()
+                version = api.version if api.version is not None else api.call("GET", "/version")
                 found = engine_kind(version) if isinstance(version, dict) else None
                 if found is not None and found.podman:
-                    found = podman_rootless(found, self.api().call("GET", LIBPOD_INFO))
+                    found = podman_rootless(found, api.call("GET", LIBPOD_INFO))
             except ApiError:
                 found = None
             self._kind = found or EngineKind("docker", "?")

@@ -189,6 +189,7 @@ def test_a_transport_error_while_starting_is_an_engine_error_and_removes_the_con
     class Api:
         host = "ssh://box"
         timeout = 60.0
+        version = None  # a transport that kept no /version answer
 
         def call(self, method: str, path: str, *_args: Any, **_kwargs: Any) -> Any:
             calls.append((method, path))
@@ -223,6 +224,7 @@ def test_the_nvidia_driver_rule_refusal_is_kept_from_a_long_oci_error() -> None:
     class Api:
         host = "unix:///x.sock"
         timeout = 60.0
+        version = None  # a transport that kept no /version answer
 
         def call(self, *_args: Any, **_kwargs: Any) -> Any:
             raise ApiError(500, reply)

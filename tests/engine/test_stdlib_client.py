@@ -115,6 +115,7 @@ def test_a_run_creates_attaches_starts_waits_and_removes_in_order(fake: FakeEngi
     assert (code, out, err) == (3, b"out\n\xffbinary", b"err\n")
     calls = [r.split("?")[0] for r in fake.requests]
     assert calls[0] == "GET /version"  # the reachability check, as the SDK's
+    assert calls.count("GET /version") == 1  # its answer also says which engine this is
     created = calls.index("POST /containers/create")
     assert calls[created:] == [
         "POST /containers/create",

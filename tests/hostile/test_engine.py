@@ -70,6 +70,7 @@ class FakeApi:
 
     host = "unix:///fake.sock"
     timeout = 60.0
+    version = None  # a transport that kept no /version answer
 
     def __init__(self, containers: list[dict[str, Any]], images: dict[str, dict[str, str]]):
         self.containers = {c["Name"].lstrip("/"): c for c in containers}

@@ -62,6 +62,7 @@ class Stream(Protocol):
 class Transport(Protocol):
     host: str
     timeout: float
+    version: Any  # the engine's /version answer when the ping kept it, else None
 
     def ping(self, timeout: float) -> None: ...
     def call(
@@ -208,6 +209,7 @@ class HttpTransport:
         self.address = address
         self.timeout = timeout
         self.reached = False
+        self.version: Any = None
 
     def _failure(self, err: BaseException, limit: float | None) -> EngineError:
         timed_out = isinstance(err, TimeoutError)
@@ -240,7 +242,7 @@ class HttpTransport:
         as the SDK asks it: an engine whose /_ping answers and whose API hangs is "cannot
         reach" here too."""
         try:
-            self.call("GET", "/version", timeout=timeout)
+            self.version = self.call("GET", "/version", timeout=timeout)
         except ApiError as err:
             raise unreachable(self.host, err.explanation) from None
         self.reached = True

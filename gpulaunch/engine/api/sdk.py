@@ -71,6 +71,7 @@ class SdkTransport:
         self.address = address
         self.host = address.url
         self.timeout = timeout
+        self.version: Any = None  # the SDK keeps only the API version of its /version answer
         self._api: Any = None
 
     def ping(self, timeout: float) -> None:
