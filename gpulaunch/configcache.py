@@ -35,7 +35,7 @@ from typing import Any
 from gpulaunch import __version__
 from gpulaunch.configview import ConfigView, decode, encode, same
 from gpulaunch.errors import GpulaunchError
-from gpulaunch.fsio import cache_dir, read_cache, write_cache
+from gpulaunch.fsio import cache_dir, cache_root, read_cache, write_cache
 from gpulaunch.yamlio import CONFIG_NAME, read_bytes
 
 FORMAT = 1
@@ -151,10 +151,7 @@ def _write(where: Path, key: str, config: Any) -> None:
         entry = seal({"format": FORMAT, "key": key, "config": tree})
     except (GpulaunchError, ValueError, TypeError, OSError):
         return
-    root = cache_dir().parent  # $XDG_CACHE_HOME may not exist yet: from where it does,
-    while not root.is_dir() and root != root.parent:  # fsio makes each folder (no links)
-        root = root.parent
-    write_cache(where, entry, root=root)
+    write_cache(where, entry, root=cache_root())
 
 
 # -- the stored form: {"model": NAME, "set": [fields set], "fields": {NAME: tagged value}} --

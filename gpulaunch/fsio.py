@@ -221,6 +221,16 @@ def cache_dir() -> Path:
     return (Path(value) if os.path.isabs(value) else Path.home() / ".cache") / "gpulaunch"
 
 
+def cache_root() -> Path:
+    """The folder a user-cache write walks from: the nearest existing folder above
+    `cache_dir()` ($XDG_CACHE_HOME may not exist yet), so the writer makes each folder below
+    it without following a link."""
+    root = cache_dir().parent
+    while not root.is_dir() and root != root.parent:
+        root = root.parent
+    return root
+
+
 def read_back(path: Path, limit: int, dir_fd: int | None = None) -> bytes:
     """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log), or
     of a project file it reads as untrusted input (`dir_fd`: the folder `path` is relative to,

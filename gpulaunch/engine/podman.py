@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from gpulaunch.engine.buildspec import BuildRequest, DockerCli
 from gpulaunch.errors import ConfigError, EngineError
+from gpulaunch.fsio import read_back
 
 Kind = Literal["docker", "podman"]
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # Podman's (and the CDI library's) defaults
@@ -208,19 +209,9 @@ def cdi_devices(dirs: Iterable[str] = CDI_DIRS) -> dict[str, str]:
 def _spec_devices(path: str) -> list[str]:
     import yaml
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return []
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        raw = os.read(fd, SPEC_LIMIT + 1)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    if len(raw) > SPEC_LIMIT:
+    try:  # no link followed, a FIFO never waited on, at most SPEC_LIMIT bytes
+        raw = read_back(Path(path), SPEC_LIMIT)
+    except (OSError, ValueError):
         return []
     spec: Any = None
     with contextlib.suppress(yaml.YAMLError, UnicodeDecodeError, RecursionError):

@@ -227,17 +227,14 @@ def content_digests() -> dict[str, str]:
 def remember_digests(known: Mapping[str, str], learned: Mapping[str, str]) -> None:
     if not learned:
         return
-    from gpulaunch.fsio import cache_dir, write_cache
+    from gpulaunch.fsio import cache_dir, cache_root, write_cache
 
     kept = dict(learned)
     for k, v in known.items():
         if len(kept) >= DIGEST_CACHE_KEYS:
             break
         kept.setdefault(k, v)
-    root = cache_dir().parent  # as scan_context: from the first folder that exists
-    while not root.is_dir() and root != root.parent:
-        root = root.parent
-    write_cache(cache_dir() / DIGEST_CACHE, {"digests": kept}, root=root)
+    write_cache(cache_dir() / DIGEST_CACHE, {"digests": kept}, root=cache_root())
 
 
 @dataclass(frozen=True)
@@ -462,7 +459,7 @@ def scan_context(project: Path, entries: tuple[Entry, ...]) -> None:
     by builds, never by a dry run. The cache is the user's own folder, which no container
     mounts; a key planted there skips only detect-secrets for that exact content, never the
     shape scan."""
-    from gpulaunch.fsio import cache_dir, read_cache, write_cache
+    from gpulaunch.fsio import cache_dir, cache_root, read_cache, write_cache
 
     path = cache_dir() / SCAN_CACHE
     data = read_cache(path)
@@ -472,10 +469,7 @@ def scan_context(project: Path, entries: tuple[Entry, ...]) -> None:
     clean = refuse_detected_secrets(project, entries, frozenset(known))
     if clean - set(known):
         kept = [*sorted(clean), *(k for k in known if k not in clean)][:SCAN_CACHE_KEYS]
-        root = cache_dir().parent  # as configcache: from the first folder that exists,
-        while not root.is_dir() and root != root.parent:  # fsio makes each one (no links)
-            root = root.parent
-        write_cache(path, {"clean": kept}, root=root)
+        write_cache(path, {"clean": kept}, root=cache_root())
 
 
 def _cache_key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:
