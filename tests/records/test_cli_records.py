@@ -118,6 +118,21 @@ def test_rerun_repeats_the_command_with_extra_args(runner: CliRunner, project: P
     assert again[0]["rerun_of"] == rec["id"]
 
 
+def test_current_code_on_a_host_mode_record_is_a_usage_error(
+    runner: CliRunner, project: Path
+) -> None:
+    """A host-mode rerun always runs today's tree: --current-code there is one line, exit 2,
+    and nothing runs or is recorded."""
+    assert invoke(runner, "run", "--no-container", "job.py", "s.txt", "a").exit_code == 0
+    (rec,) = _records(project)
+    result = invoke(runner, "rerun", rec["id"], "--current-code")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "gpulaunch: error: --current-code: a host-mode run always runs the tree as it is now"
+    ]
+    assert len(_records(project)) == 1
+
+
 def test_rerun_shows_the_line_it_runs_and_a_changed_command(
     runner: CliRunner, project: Path
 ) -> None:
