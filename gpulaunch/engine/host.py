@@ -18,17 +18,10 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
 
 from gpulaunch.engine.runspec import RunPlan
-from gpulaunch.engine.supervise import job_exit_code
-from gpulaunch.errors import ExitCode, RunError
-
-_SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
-    signal.SIGHUP: ExitCode.HANGUP,
-    signal.SIGINT: ExitCode.INTERRUPTED,
-    signal.SIGTERM: ExitCode.TERMINATED,
-}
+from gpulaunch.engine.supervise import SIGNAL_EXIT, OutputTail, job_exit_code
+from gpulaunch.errors import RunError
 
 
 def _open_err(err_fd: int) -> tuple[int, int]:
@@ -45,7 +38,7 @@ def _open_err(err_fd: int) -> tuple[int, int]:
     return master, slave
 
 
-def _pump(read_fd: int, err_fd: int, tail: Any) -> None:
+def _pump(read_fd: int, err_fd: int, tail: OutputTail) -> None:
     """Copy the job's stderr to ours and into the tail; a failed write (a closed reader)
     stops the copying, never the reading, so the job is never blocked on a full pipe."""
     writing = True
@@ -65,7 +58,9 @@ def _pump(read_fd: int, err_fd: int, tail: Any) -> None:
                 writing = False
 
 
-def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None, err_fd: int | None = None) -> int:
+def run_on_host(
+    plan: RunPlan, cwd: Path, tail: OutputTail | None = None, err_fd: int | None = None
+) -> int:
     """With `tail` and `err_fd` (gpulaunch's stderr), the job's stderr passes through both."""
     env = {**os.environ, **plan.env}
     received: list[int] = []
@@ -91,7 +86,7 @@ def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None, err_fd: int | None =
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL if len(received) > 1 else signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, forward) for sig in _SIGNAL_EXIT}
+    previous = {sig: signal.signal(sig, forward) for sig in SIGNAL_EXIT}
     try:
         try:
             code = proc.wait(timeout=None)
@@ -101,7 +96,7 @@ def run_on_host(plan: RunPlan, cwd: Path, tail: Any = None, err_fd: int | None =
             raise
         if received:
             # graceful shutdown may still be running in the group: wait for it
-            return int(_SIGNAL_EXIT[signal.Signals(received[0])])
+            return int(SIGNAL_EXIT[signal.Signals(received[0])])
         if pump is not None:
             pump.join(timeout=5)  # torchrun's summary is the last thing the job writes
         code = code if code >= 0 else 128 - code

@@ -42,13 +42,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from types import FrameType
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpulaunch.engine.docker_api import Engine, attach_output
 from gpulaunch.engine.runspec import RunPlan, create_body
 from gpulaunch.errors import ConfigError, EngineError, ExitCode, RlimitRefused, RunError
 
-_SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
+if TYPE_CHECKING:
+    from gpulaunch.engine.api.containers import Container
+    from gpulaunch.engine.api.http import Stream
+
+# What a container call raises when the engine, or the connection to it, went away: the
+# engine's answer (EngineError, ApiError) or the socket's. Anything else is a bug, raised as one.
+LOST = (EngineError, OSError)
+
+SIGNAL_EXIT = {  # SIGHUP (a closed terminal or ssh session) stops the job as SIGTERM does
     signal.SIGHUP: ExitCode.HANGUP,
     signal.SIGINT: ExitCode.INTERRUPTED,
     signal.SIGTERM: ExitCode.TERMINATED,
@@ -63,7 +72,7 @@ class _Stopper:
         self.count = 0
         self.event = threading.Event()
 
-    def __call__(self, signum: int, _frame: Any) -> None:
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
         self.signum = self.signum or signum
         self.count += 1
         self.event.set()
@@ -90,11 +99,15 @@ class OutputTail:
         with self._lock:
             return self._buf.decode("utf-8", "replace")
 
-    def read_state(self, container: Any) -> None:
-        """OOMKilled and the exit code from the engine (before the container is removed)."""
-        with contextlib.suppress(Exception):
+    def read_state(self, container: Container) -> None:
+        """OOMKilled and the exit code from the engine (before the container is removed);
+        nothing when the engine no longer answers or its answer has no such state."""
+        try:
             container.reload()
-            state = (container.attrs or {}).get("State") or {}
+        except LOST:
+            return
+        state = container.attrs.get("State") if isinstance(container.attrs, dict) else None
+        if isinstance(state, dict):
             self.oom_killed = bool(state.get("OOMKilled"))
             if isinstance(state.get("ExitCode"), int):
                 self.exit_code = state["ExitCode"]
@@ -212,9 +225,9 @@ def _pump(
                 targets[stream].flush()
             except (OSError, ValueError) as err:  # a closed pipe or file
                 failed.add(stream)
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(OSError, ValueError):  # stderr may be gone too
                     warn(f"warning: cannot write the job's output ({err}); dropping the rest")
-    except Exception:
+    except (*LOST, ValueError):  # ValueError: read after supervise closed the stream
         pass  # the attach stream broke (engine gone): wait() reports it
     finally:
         done.set()
@@ -229,7 +242,7 @@ def start(
     plan: RunPlan,
     warn: Callable[[str], None],
     attached: dict[str, Any] | None = None,
-) -> Any:
+) -> Container:
     """Create and start the container; drop a ulimit the engine may not raise, with a warning.
 
     With `attached`, its "stdout" and "stderr" are attached between create and start, so no
@@ -243,7 +256,7 @@ def start(
     if plan.network in (None, "default") and "bridge" not in engine.network_names():
         plan.pin_hostname()  # the default network is no network on a bridge-less engine
 
-    def attach(container: Any) -> None:
+    def attach(container: Container) -> None:
         if attached is None:
             return
         if plan.stdin or plan.tty:
@@ -264,7 +277,8 @@ def start(
             drop(name)
     while True:
         try:
-            return engine.create_container(create_body(plan), before_start=attach)
+            container: Container = engine.create_container(create_body(plan), before_start=attach)
+            return container
         except RlimitRefused as err:
             if err.rlimit not in plan.ulimits:
                 raise
@@ -279,7 +293,7 @@ def supervise(
     out: BinaryIO,
     err: BinaryIO,
     warn: Callable[[str], None],
-    on_started: Callable[[Any], None] | None = None,
+    on_started: Callable[[Container], None] | None = None,
     stop: threading.Event | None = None,
     tail: OutputTail | None = None,
 ) -> int:
@@ -295,7 +309,7 @@ def supervise(
     state = tail  # the caller's: it also wants the container's end state
     tail = tail if tail is not None else OutputTail()  # torchrun's summary names the code
     stopper = _Stopper()
-    previous = {sig: signal.signal(sig, stopper) for sig in _SIGNAL_EXIT}
+    previous = {sig: signal.signal(sig, stopper) for sig in SIGNAL_EXIT}
     container = None
     attached: dict[str, Any] = {}
     try:
@@ -308,7 +322,7 @@ def supervise(
         def wait() -> None:
             try:
                 exit_box["result"] = container.wait()
-            except Exception as err:
+            except BaseException as err:  # handed to the main thread, which reads it below
                 exit_box["error"] = err
             finally:
                 finished.set()
@@ -343,8 +357,10 @@ def supervise(
         if state is not None:
             state.read_state(container)
         if stopper.signum is not None:
-            return int(_SIGNAL_EXIT[signal.Signals(stopper.signum)])
+            return int(SIGNAL_EXIT[signal.Signals(stopper.signum)])
         if "error" in exit_box:
+            if not isinstance(exit_box["error"], LOST):
+                raise exit_box["error"]  # a bug, as itself
             raise RunError(f"lost the container while waiting: {exit_box['error']}")
         return job_exit_code(
             plan.command, int(exit_box["result"].get("StatusCode", 1)), tail.text()
@@ -352,17 +368,20 @@ def supervise(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if "socket" in attached:
-            _close_socket(attached["socket"])
-        if container is not None:
-            engine.discard(container)
-        else:
-            with contextlib.suppress(EngineError):
-                engine.discard(engine.find_leftover(plan.name, plan.run_id))
+        try:
+            if "socket" in attached:
+                with contextlib.suppress(OSError):
+                    attached["socket"].close()
+        finally:  # the container goes on every path
+            if container is not None:
+                engine.discard(container)
+            else:
+                with contextlib.suppress(EngineError):
+                    engine.discard(engine.find_leftover(plan.name, plan.run_id))
 
 
 def _watch(
-    container: Any,
+    container: Container,
     plan: RunPlan,
     stopper: _Stopper,
     stop: threading.Event | None,
@@ -401,8 +420,8 @@ def _watch(
         stopper.event.clear()
 
 
-def _signal(container: Any, name: str) -> None:
-    with contextlib.suppress(Exception):
+def _signal(container: Container, name: str) -> None:
+    with contextlib.suppress(*LOST):  # the job ended (409, 404) or the engine went away
         container.kill(signal=name)
 
 
@@ -465,7 +484,7 @@ def choose(
     return interactive, tty
 
 
-def _attach_socket(container: Any, stdin: bool) -> Any:
+def _attach_socket(container: Container, stdin: bool) -> Stream:
     """One attach connection for stdin (when passed), stdout and stderr, made before start."""
     params: dict[str, Any] = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
     if stdin:
@@ -473,7 +492,7 @@ def _attach_socket(container: Any, stdin: bool) -> Any:
     return container.attach_socket(params=params)
 
 
-def _frames(sock: Any, tty: bool) -> Iterator[tuple[int, bytes]]:
+def _frames(sock: Stream, tty: bool) -> Iterator[tuple[int, bytes]]:
     """(1 for stdout / 2 for stderr, bytes) as the engine sends them; with a terminal, all
     is stdout."""
     from gpulaunch.engine.api.containers import frames
@@ -481,7 +500,7 @@ def _frames(sock: Any, tty: bool) -> Iterator[tuple[int, bytes]]:
     return frames(sock.read, tty)
 
 
-def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
+def _forward_stdin(sock: Stream, fd: int, stop: threading.Event) -> None:
     """Copy `fd` to the job until end-of-file (then close the job's stdin, as `docker run -i`
     does) or until the job ends. Polls, so it never outlives the job by more than 0.2 s."""
     eof = False
@@ -502,13 +521,8 @@ def _forward_stdin(sock: Any, fd: int, stop: threading.Event) -> None:
             sock.shutdown_write()
 
 
-def _close_socket(sock: Any) -> None:
-    with contextlib.suppress(Exception):
-        sock.close()
-
-
 @contextlib.contextmanager
-def _terminal(container: Any, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> Iterator[None]:
+def _terminal(container: Container, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> Iterator[None]:
     """The local terminal in raw mode, its size forwarded, restored on every way out."""
     import termios
     import tty as ttymod
@@ -521,8 +535,8 @@ def _terminal(container: Any, fd: int = STDIN_FD, out_fd: int = STDOUT_FD) -> It
             # (an answer to its first prompt) is kept for the job, as docker's client keeps it
             ttymod.setraw(fd, termios.TCSANOW)
 
-    def resize(*_: Any) -> None:
-        with contextlib.suppress(Exception):
+    def resize(*_: object) -> None:
+        with contextlib.suppress(*LOST):  # no terminal size (OSError), or the engine's refusal
             size = os.get_terminal_size(out_fd)
             container.resize(height=size.lines, width=size.columns)
 

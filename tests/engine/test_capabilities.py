@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine import replies as capabilities
+from gpulaunch.engine import refusals
 
 
 @pytest.fixture(autouse=True)
@@ -20,19 +20,19 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_refusal_is_remembered_for_that_engine_only(cache: Path) -> None:
-    assert capabilities.refused_ulimits("A|20.10|6.1", now=1000) == set()
-    capabilities.remember_refused_ulimit("A|20.10|6.1", "memlock", now=1000)
-    assert capabilities.refused_ulimits("A|20.10|6.1", now=1001) == {"memlock"}
-    assert capabilities.refused_ulimits("B|20.10|6.1", now=1001) == set()
-    assert capabilities.refused_ulimits("A|24.0|6.1", now=1001) == set()  # upgraded engine
+    assert refusals.refused_ulimits("A|20.10|6.1", now=1000) == set()
+    refusals.remember_refused_ulimit("A|20.10|6.1", "memlock", now=1000)
+    assert refusals.refused_ulimits("A|20.10|6.1", now=1001) == {"memlock"}
+    assert refusals.refused_ulimits("B|20.10|6.1", now=1001) == set()
+    assert refusals.refused_ulimits("A|24.0|6.1", now=1001) == set()  # upgraded engine
     assert cache.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_remembered_refusal_expires_after_a_day() -> None:
-    capabilities.remember_refused_ulimit("A", "memlock", now=1000)
-    assert capabilities.refused_ulimits("A", now=1000 + capabilities.MAX_AGE_S) == {"memlock"}
-    assert capabilities.refused_ulimits("A", now=1001 + capabilities.MAX_AGE_S) == set()
-    assert capabilities.refused_ulimits("A", now=999) == set()  # from the future: distrusted
+    refusals.remember_refused_ulimit("A", "memlock", now=1000)
+    assert refusals.refused_ulimits("A", now=1000 + refusals.MAX_AGE_S) == {"memlock"}
+    assert refusals.refused_ulimits("A", now=1001 + refusals.MAX_AGE_S) == set()
+    assert refusals.refused_ulimits("A", now=999) == set()  # from the future: distrusted
 
 
 @pytest.mark.parametrize(
@@ -51,9 +51,9 @@ def test_a_remembered_refusal_expires_after_a_day() -> None:
 def test_a_corrupt_or_hostile_cache_means_asking_again(cache: Path, content: bytes) -> None:
     cache.parent.mkdir()
     cache.write_bytes(content)
-    assert capabilities.refused_ulimits("A", now=1000) == set()
-    capabilities.remember_refused_ulimit("A", "memlock", now=1000)  # and it is rewritten
-    assert capabilities.refused_ulimits("A", now=1000) == {"memlock"}
+    assert refusals.refused_ulimits("A", now=1000) == set()
+    refusals.remember_refused_ulimit("A", "memlock", now=1000)  # and it is rewritten
+    assert refusals.refused_ulimits("A", now=1000) == {"memlock"}
 
 
 def test_a_planted_link_is_neither_read_nor_written_through(cache: Path, tmp_path: Path) -> None:
@@ -61,11 +61,11 @@ def test_a_planted_link_is_neither_read_nor_written_through(cache: Path, tmp_pat
     target.write_text(json.dumps({"A": {"at": 1000, "refused_ulimits": ["memlock"]}}))
     cache.parent.mkdir()
     os.symlink(target, cache)
-    assert capabilities.refused_ulimits("A", now=1000) == set()
-    capabilities.remember_refused_ulimit("A", "stack", now=1000)
+    assert refusals.refused_ulimits("A", now=1000) == set()
+    refusals.remember_refused_ulimit("A", "stack", now=1000)
     assert json.loads(target.read_text()) == {"A": {"at": 1000, "refused_ulimits": ["memlock"]}}
 
 
 def test_unknown_names_are_not_recorded(cache: Path) -> None:
-    capabilities.remember_refused_ulimit("A", "core", now=1000)
+    refusals.remember_refused_ulimit("A", "core", now=1000)
     assert not cache.exists()

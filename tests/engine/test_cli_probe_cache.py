@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine import replies
+from gpulaunch.engine import cliprobe
 from gpulaunch.engine.buildspec import DockerCli
 from gpulaunch.fsio import cache_dir
 
@@ -34,8 +34,8 @@ def new_process(monkeypatch: pytest.MonkeyPatch) -> object:
     """Forget what this process probed, as a new process would."""
 
     def reset() -> None:
-        monkeypatch.setattr(replies, "_PROBED", {})
-        monkeypatch.setattr(replies, "_FRESH", {})
+        monkeypatch.setattr(cliprobe, "_PROBED", {})
+        monkeypatch.setattr(cliprobe, "_FRESH", {})
 
     reset()
     cache_dir().parent.mkdir()  # the XDG cache folder gpulaunch writes under
@@ -60,14 +60,14 @@ def test_a_probe_alone_writes_nothing_and_a_saved_answer_is_the_same(
     setup: tuple[dict[str, str], Path, Path], new_process: object
 ) -> None:
     env, docker, log = setup
-    probed = replies.probe_cli(env)
+    probed = cliprobe.probe_cli(env)
     assert probed == DockerCli(str(docker), "env")
     assert _calls(log) == 2
     assert not cache_dir().exists()  # render and --dry-run probe like this: nothing written
-    replies.remember_probes()  # build and run
-    assert (cache_dir() / replies.PROBE_FILE).is_file()
+    cliprobe.remember_probes()  # build and run
+    assert (cache_dir() / cliprobe.PROBE_FILE).is_file()
     new_process()  # type: ignore[operator]
-    assert replies.probe_cli(env) == probed  # warm: the same answer, no subprocess
+    assert cliprobe.probe_cli(env) == probed  # warm: the same answer, no subprocess
     assert _calls(log) == 2
 
 
@@ -75,10 +75,10 @@ def test_no_cli_is_remembered_too(tmp_path: Path, new_process: object) -> None:
     log = tmp_path / "calls.log"
     docker = _fake_docker(tmp_path / "bin", log, "27.3.1")  # 23+ without buildx: classic
     env = {"PATH": str(docker.parent), "HOME": str(tmp_path)}
-    assert replies.probe_cli(env) is None
-    replies.remember_probes()
+    assert cliprobe.probe_cli(env) is None
+    cliprobe.remember_probes()
     new_process()  # type: ignore[operator]
-    assert replies.probe_cli(env) is None
+    assert cliprobe.probe_cli(env) is None
     assert _calls(log) == 2
 
 
@@ -86,13 +86,13 @@ def test_a_changed_binary_is_probed_again(
     setup: tuple[dict[str, str], Path, Path], new_process: object
 ) -> None:
     env, docker, log = setup
-    replies.probe_cli(env)
-    replies.remember_probes()
+    cliprobe.probe_cli(env)
+    cliprobe.remember_probes()
     new_process()  # type: ignore[operator]
     _fake_docker(docker.parent, log, "27.3.1", buildx=True)  # upgraded in place
     stat = docker.stat()
     os.utime(docker, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the mtime kept
-    assert replies.probe_cli(env) == DockerCli(str(docker), "buildx")
+    assert cliprobe.probe_cli(env) == DockerCli(str(docker), "buildx")
     assert _calls(log) == 3  # 2 + `buildx version`
 
 
@@ -100,27 +100,27 @@ def test_a_new_buildx_plugin_or_docker_variable_is_probed_again(
     setup: tuple[dict[str, str], Path, Path], new_process: object
 ) -> None:
     env, _docker, log = setup
-    replies.probe_cli(env)
-    replies.remember_probes()
+    cliprobe.probe_cli(env)
+    cliprobe.remember_probes()
     plugin = Path(env["HOME"]) / ".docker" / "cli-plugins" / "docker-buildx"
     plugin.parent.mkdir(parents=True)
     plugin.write_text("#!/bin/sh\n")
     new_process()  # type: ignore[operator]
-    replies.probe_cli(env)
+    cliprobe.probe_cli(env)
     assert _calls(log) == 4
-    replies.remember_probes()
+    cliprobe.remember_probes()
     new_process()  # type: ignore[operator]
-    replies.probe_cli({**env, "DOCKER_CLI_EXPERIMENTAL": "enabled"})
+    cliprobe.probe_cli({**env, "DOCKER_CLI_EXPERIMENTAL": "enabled"})
     assert _calls(log) == 6
     new_process()  # type: ignore[operator]
-    replies.probe_cli({**env, "DOCKER_HOST": "tcp://elsewhere:2375"})  # the probe drops it
+    cliprobe.probe_cli({**env, "DOCKER_HOST": "tcp://elsewhere:2375"})  # the probe drops it
     assert _calls(log) == 6
 
 
 def _saved(env: dict[str, str]) -> tuple[Path, dict[str, dict[str, object]]]:
-    replies.probe_cli(env)
-    replies.remember_probes()
-    path = cache_dir() / replies.PROBE_FILE
+    cliprobe.probe_cli(env)
+    cliprobe.remember_probes()
+    path = cache_dir() / cliprobe.PROBE_FILE
     return path, json.loads(path.read_text())
 
 
@@ -162,7 +162,7 @@ def test_a_corrupt_planted_or_stale_entry_is_not_used(
         path.unlink()
         path.symlink_to(evil)
     new_process()  # type: ignore[operator]
-    assert replies.probe_cli(env) == DockerCli(str(docker), "env")  # as the slow path says
+    assert cliprobe.probe_cli(env) == DockerCli(str(docker), "env")  # as the slow path says
     assert _calls(log) == 4  # probed again
 
 
@@ -174,15 +174,15 @@ def test_remember_keeps_other_entries_and_rewrites_a_corrupt_file(
         docker = _fake_docker(tmp_path / name, tmp_path / f"{name}.log", "20.10.24")
         envs.append({"PATH": str(docker.parent), "HOME": str(tmp_path)})
     cache_dir().mkdir()
-    (cache_dir() / replies.PROBE_FILE).write_text("garbage")
+    (cache_dir() / cliprobe.PROBE_FILE).write_text("garbage")
     for env in envs:
         new_process()  # type: ignore[operator]
-        replies.probe_cli(env)
-        replies.remember_probes()
-    data = json.loads((cache_dir() / replies.PROBE_FILE).read_text())
+        cliprobe.probe_cli(env)
+        cliprobe.remember_probes()
+    data = json.loads((cache_dir() / cliprobe.PROBE_FILE).read_text())
     assert len(data) == 2
     new_process()  # type: ignore[operator]
-    assert [replies.probe_cli(env) for env in envs] == [
+    assert [cliprobe.probe_cli(env) for env in envs] == [
         DockerCli(str(tmp_path / "a" / "docker"), "env"),
         DockerCli(str(tmp_path / "b" / "docker"), "env"),
     ]
@@ -198,14 +198,14 @@ def test_a_plugin_in_a_folder_the_docker_config_names_is_probed_again(
     config = Path(env["HOME"]) / ".docker"
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"cliPluginsExtraDirs": [str(extra)]}))
-    replies.probe_cli(env)
-    replies.remember_probes()
+    cliprobe.probe_cli(env)
+    cliprobe.remember_probes()
     new_process()  # type: ignore[operator]
-    replies.probe_cli(env)
+    cliprobe.probe_cli(env)
     assert _calls(log) == 2  # unchanged: the saved answer
     (extra / "docker-buildx").write_text("#!/bin/sh\n")
     new_process()  # type: ignore[operator]
-    replies.probe_cli(env)
+    cliprobe.probe_cli(env)
     assert _calls(log) == 4
 
 
@@ -216,7 +216,7 @@ def test_a_fifo_as_docker_config_is_not_waited_on(
     config = Path(env["HOME"]) / ".docker"
     config.mkdir()
     os.mkfifo(config / "config.json")
-    assert replies.probe_cli(env) == DockerCli(str(docker), "env")  # returns: no open wait
+    assert cliprobe.probe_cli(env) == DockerCli(str(docker), "env")  # returns: no open wait
 
 
 def test_a_full_disk_does_not_fail_the_command_that_saves(
@@ -229,6 +229,48 @@ def test_a_full_disk_does_not_fail_the_command_that_saves(
 
     env, docker, _log = setup
     monkeypatch.setattr(fsio, "write_file", full)
-    assert replies.probe_cli(env) == DockerCli(str(docker), "env")
-    replies.remember_probes()  # a cache only saves work: nothing raised
-    assert not (cache_dir() / replies.PROBE_FILE).exists()
+    assert cliprobe.probe_cli(env) == DockerCli(str(docker), "env")
+    cliprobe.remember_probes()  # a cache only saves work: nothing raised
+    assert not (cache_dir() / cliprobe.PROBE_FILE).exists()
+
+
+def test_an_empty_path_entry_never_runs_a_docker_in_the_working_folder(
+    setup: tuple[dict[str, str], Path, Path],
+    new_process: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`PATH=/usr/bin:` (a stray colon) names the working folder to a shell; gpulaunch runs in
+    the project, which a job can write, so a `docker` planted there is never probed."""
+    env, docker, _log = setup
+    project = tmp_path / "project"
+    planted = _fake_docker(project, tmp_path / "planted.log", "20.10.24", buildx=True)
+    monkeypatch.chdir(project)
+    env = {**env, "PATH": f":{docker.parent}:"}
+    assert cliprobe.probe_cli(env) == DockerCli(str(docker), "env")
+    assert not (tmp_path / "planted.log").exists() and planted.is_file()
+
+
+def test_the_builder_key_changes_with_what_the_probe_reads(
+    setup: tuple[dict[str, str], Path, Path], new_process: object
+) -> None:
+    """One key for the probe's answer in memory, on disk and in the tag cache (cli_key): a
+    docker-buildx plugin installed, a config naming plugin folders, a replaced binary or a
+    DOCKER_* variable each change it; the same inputs give the same key."""
+    env, docker, log = setup
+    home = Path(env["HOME"])
+    key = cliprobe.cli_key(env)
+    assert cliprobe.cli_key(dict(env)) == key
+    keys = [key]
+    plugins = home / ".docker" / "cli-plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "docker-buildx").write_text("#!/bin/sh\n")
+    keys.append(cliprobe.cli_key(env))
+    (home / ".docker" / "config.json").write_text('{"cliPluginsExtraDirs": ["/opt/x"]}')
+    keys.append(cliprobe.cli_key(env))
+    docker.write_text(docker.read_text() + "\n")  # replaced in place
+    keys.append(cliprobe.cli_key(env))
+    keys.append(cliprobe.cli_key({**env, "DOCKER_CLI_EXPERIMENTAL": "enabled"}))
+    keys.append(cliprobe.cli_key({**env, "GPULAUNCH_BUILDER": "buildkit"}))
+    assert len(set(keys)) == len(keys)
+    assert _calls(log) == 0  # a key probes nothing

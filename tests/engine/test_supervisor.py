@@ -499,3 +499,219 @@ def test_raw_mode_keeps_what_was_typed_before_it() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+# -- the engine gone is handled; a bug is raised as itself (issue 30: no broad excepts) -----
+class _Bug(Exception):
+    """What no engine or socket raises: a programming error in gpulaunch or its seams."""
+
+
+class _Lost(FakeContainer):
+    """A job whose engine fails one call (`failing`) with `error`."""
+
+    def __init__(self, failing: str, error: BaseException, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failing, self.error = failing, error
+        self.attrs: Any = {"State": {"OOMKilled": True, "ExitCode": 137}}
+
+    def reload(self) -> None:
+        if self.failing == "reload":
+            raise self.error
+
+    def wait(self) -> dict[str, int]:
+        if self.failing == "wait":
+            raise self.error
+        return super().wait()
+
+    def kill(self, signal: str) -> None:
+        super().kill(signal)
+        if self.failing == "kill":
+            raise self.error
+
+    def resize(self, height: int, width: int) -> None:
+        if self.failing == "resize":
+            raise self.error
+
+
+GONE = [
+    EngineError("the Docker engine at unix:///x stopped answering: the connection failed"),
+    ConnectionResetError(104, "Connection reset by peer"),
+]
+
+
+@pytest.mark.parametrize("error", GONE, ids=["engine", "socket"])
+def test_an_engine_gone_while_the_state_is_read_leaves_the_state_unknown(
+    error: BaseException,
+) -> None:
+    container = _Lost("reload", error, obeys_sigterm=True, code=3)
+    tail = runner.OutputTail()
+    code = runner.supervise(
+        FakeEngine(container),  # type: ignore[arg-type]
+        _plan(),
+        out=Captured().out,  # type: ignore[arg-type]
+        err=Captured().err,  # type: ignore[arg-type]
+        warn=print,
+        tail=tail,
+    )
+    assert (code, tail.oom_killed, tail.exit_code) == (3, False, None)
+
+
+def test_a_bug_while_the_state_is_read_is_raised_and_the_container_still_removed() -> None:
+    container = _Lost("reload", _Bug("reload"), obeys_sigterm=True, code=3)
+    engine = FakeEngine(container)
+    with pytest.raises(_Bug):
+        runner.supervise(
+            engine,  # type: ignore[arg-type]
+            _plan(),
+            out=Captured().out,  # type: ignore[arg-type]
+            err=Captured().err,  # type: ignore[arg-type]
+            warn=print,
+            tail=runner.OutputTail(),
+        )
+    assert engine.discarded == [container]
+
+
+@pytest.mark.parametrize("attrs", [None, "not json", {"State": "running"}, {"State": None}])
+def test_an_inspect_answer_without_a_state_leaves_it_unknown(attrs: Any) -> None:
+    container = _Lost("", _Bug(), obeys_sigterm=True)
+    container.attrs = attrs
+    tail = runner.OutputTail()
+    tail.read_state(container)
+    assert (tail.oom_killed, tail.exit_code) == (False, None)
+
+
+@pytest.mark.parametrize("error", GONE, ids=["engine", "socket"])
+def test_a_lost_wait_of_either_kind_is_a_run_error(error: BaseException) -> None:
+    container = _Lost("wait", error, obeys_sigterm=True)
+    engine = FakeEngine(container)
+    with pytest.raises(RunError, match=r"^lost the container while waiting: "):
+        _supervise(engine, _plan())
+    assert engine.discarded == [container]
+
+
+def test_a_bug_in_the_wait_is_raised_as_itself_not_as_a_lost_container() -> None:
+    container = _Lost("wait", _Bug("wait"), obeys_sigterm=True)
+    engine = FakeEngine(container)
+    with pytest.raises(_Bug, match=r"^wait$"):
+        _supervise(engine, _plan())
+    assert engine.discarded == [container]
+
+
+def test_a_kill_the_engine_refuses_still_ends_the_job_with_the_signals_code() -> None:
+    """SIGTERM to a job that ended meanwhile: the engine answers 409; Ctrl-C still exits 143."""
+    from gpulaunch.engine.api.http import ApiError
+
+    container = _Lost("kill", ApiError(409, "container is not running"), obeys_sigterm=True)
+    code, _ = _supervise(FakeEngine(container), _plan(), first=signal.SIGTERM)
+    assert code == 143 and container.kills == ["SIGTERM"]
+
+
+def test_a_bug_in_a_kill_is_raised_and_the_container_still_removed() -> None:
+    container = _Lost("kill", _Bug("kill"), obeys_sigterm=True)
+    engine = FakeEngine(container)
+    with pytest.raises(_Bug, match=r"^kill$"):
+        _supervise(engine, _plan(), first=signal.SIGTERM)
+    assert container.kills == ["SIGTERM"] and engine.discarded == [container]
+
+
+def _broken_stream(error: BaseException) -> Iterator[bytes]:
+    yield b"before\n"
+    raise error
+
+
+@pytest.mark.parametrize("error", GONE, ids=["engine", "socket"])
+def test_an_output_stream_that_breaks_keeps_what_came_and_the_jobs_code(
+    error: BaseException,
+) -> None:
+    class Broken(FakeContainer):
+        def attach(self, *, stdout: bool, stderr: bool, stream: bool, logs: bool) -> Any:
+            return _broken_stream(error) if stdout else iter([])
+
+    container = Broken(obeys_sigterm=True, code=5)
+    code, cap = _supervise(FakeEngine(container), _plan())
+    assert (code, cap.out.getvalue(), cap.warnings) == (5, b"before\n", [])
+
+
+def test_a_bug_in_an_output_stream_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pump runs in a thread: its bug reaches threading's hook (printed), not silence."""
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+
+    class Buggy(FakeContainer):
+        def attach(self, *, stdout: bool, stderr: bool, stream: bool, logs: bool) -> Any:
+            return _broken_stream(_Bug("pump")) if stdout else iter([])
+
+    code, cap = _supervise(FakeEngine(Buggy(obeys_sigterm=True, code=0)), _plan())
+    assert (code, cap.out.getvalue()) == (0, b"before\n")
+    assert [type(e) for e in seen] == [_Bug]
+
+
+class _Closing:
+    """An attach socket whose close fails with `error`."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def read(self, size: int) -> bytes:
+        return b""
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def close(self) -> None:
+        raise self.error
+
+
+def _interactive(monkeypatch: pytest.MonkeyPatch, sock: _Closing) -> tuple[FakeEngine, RunPlan]:
+    class Attached(FakeContainer):
+        def attach_socket(self, params: dict[str, Any]) -> _Closing:
+            return sock
+
+    monkeypatch.setattr(runner, "_forward_stdin", lambda *_: None)
+    plan = _plan()
+    plan.stdin = True
+    return FakeEngine(Attached(obeys_sigterm=True, code=0)), plan
+
+
+def test_an_attach_socket_that_fails_to_close_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine, plan = _interactive(monkeypatch, _Closing(OSError(9, "Bad file descriptor")))
+    assert _supervise(engine, plan)[0] == 0
+    assert engine.discarded == [engine.container]
+
+
+def test_a_bug_closing_the_attach_socket_is_raised_and_the_container_still_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine, plan = _interactive(monkeypatch, _Closing(_Bug("close")))
+    with pytest.raises(_Bug, match=r"^close$"):
+        _supervise(engine, plan)
+    assert engine.discarded == [engine.container]
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"), [(GONE[0], None), (GONE[1], None), (_Bug("resize"), _Bug)]
+)
+def test_a_terminal_size_the_engine_refuses_is_ignored_and_a_bug_is_not(
+    error: BaseException, raised: type[BaseException] | None
+) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    read, write = os.pipe()  # stdin not a terminal: no raw mode
+    try:
+        container = _Lost("resize", error, obeys_sigterm=True)
+        terminal = runner._terminal(container, fd=read, out_fd=slave)
+        if raised is None:
+            with terminal:
+                pass
+        else:
+            with pytest.raises(raised), terminal:
+                pass
+    finally:
+        for fd in (master, slave, read, write):
+            os.close(fd)

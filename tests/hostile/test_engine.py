@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gpulaunch.engine.buildspec import BuildRequest, DockerCli
+from gpulaunch.engine.cliprobe import client_version
 from gpulaunch.engine.docker_api import RUN_ID_LABEL, Engine
-from gpulaunch.engine.replies import _client_version
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.masking import MASK, mask, mask_data, mask_env
 from hostile.conftest import MINIMAL_CONFIG, Hostile
@@ -296,7 +296,7 @@ def test_error_messages_are_masked(hostile: Hostile, monkeypatch: pytest.MonkeyP
     ],
 )
 def test_client_version_from_dash_dash_version(text: str, version: str) -> None:
-    assert _client_version(text) == version
+    assert client_version(text) == version
 
 
 # -- ps: scripts read it ------------------------------------------------------------------

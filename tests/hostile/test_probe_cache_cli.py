@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine import replies
+from gpulaunch.engine import cliprobe
 from gpulaunch.engine.docker_api import RUN_ID_RE, Engine
 from gpulaunch.fsio import cache_dir
 from hostile.conftest import Hostile
@@ -52,8 +52,8 @@ def client(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _new_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replies, "_PROBED", {})
-    monkeypatch.setattr(replies, "_FRESH", {})
+    monkeypatch.setattr(cliprobe, "_PROBED", {})
+    monkeypatch.setattr(cliprobe, "_FRESH", {})
 
 
 def _calls(log: Path) -> int:
@@ -86,7 +86,7 @@ def test_dry_runs_never_save_the_answer_render_and_builds_do_and_all_read_it(
     assert not cache_dir().exists()  # and none saved one
     cold.append(_invoke(hostile, monkeypatch, ("render",)))
     assert "# Builder: buildkit." in cold[-1]
-    saved = cache_dir() / replies.PROBE_FILE
+    saved = cache_dir() / cliprobe.PROBE_FILE
     assert saved.is_file()  # render is no dry run: it saves what it probed
     before = (saved.read_bytes(), saved.stat().st_mtime_ns)
     probes = _calls(client)
@@ -118,13 +118,13 @@ def test_the_real_docker_client_answer_is_saved_and_read_back(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/gpulaunch-probe-cache.sock")
     cache_dir().parent.mkdir()
     probes: list[object] = []
-    probe = replies._probe
+    probe = cliprobe._probe
 
     def counting(*args: object) -> object:
         probes.append(args)
         return probe(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(replies, "_probe", counting)
+    monkeypatch.setattr(cliprobe, "_probe", counting)
     first = _invoke(hostile, monkeypatch, ("render",))
     assert len(probes) == 1
     assert _invoke(hostile, monkeypatch, ("render",)) == first
@@ -137,7 +137,7 @@ def test_a_corrupt_or_planted_answer_changes_no_output(
     hostile: Hostile, client: Path, monkeypatch: pytest.MonkeyPatch, damage: str, tmp_path: Path
 ) -> None:
     cold = [_invoke(hostile, monkeypatch, args) for args in COMMANDS]  # render saves it
-    saved = cache_dir() / replies.PROBE_FILE
+    saved = cache_dir() / cliprobe.PROBE_FILE
     ((digest, entry),) = json.loads(saved.read_text()).items()
     victim = tmp_path / "victim.json"
     if damage == "garbage":

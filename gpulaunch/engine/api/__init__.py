@@ -12,7 +12,7 @@ the user reaches with TLS. `containers.py` holds the container object `ps`, `log
 the supervisor use. Every call has a timeout (GPULAUNCH_ENGINE_TIMEOUT); only waits and output
 streams wait for as long as the job runs, as the SDK's did.
 
-May import only the standard library, `gpulaunch.errors` and `gpulaunch.engine.replies`
+May import only the standard library, `gpulaunch.errors` and `gpulaunch.engine.failures`
 (docker, requests and urllib3 only inside `sdk.py`'s functions); `docker_api.Engine` is its one
 user outside tests.
 """

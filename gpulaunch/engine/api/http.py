@@ -23,21 +23,22 @@ import http.client
 import json
 import socket
 import time
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
+from gpulaunch.engine.failures import stalled, unreachable
 from gpulaunch.errors import EngineError
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
 
-TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"
-UNREACHABLE_HINT = "start dockerd, or set DOCKER_HOST to a running engine"
 _ERROR_LIMIT = 64 * 1024  # of an error's body, kept for its message
 BODY_LIMIT = 64 * 1024 * 1024  # a call's answer (JSON); the engine's largest are inspect lists
 _CLOSE = {"Connection": "close"}  # one request per connection
 _UPGRADE = {"Connection": "Upgrade", "Upgrade": "tcp"}  # attach: the connection is the job's
 Query = dict[str, Any] | None
+Limit = float | None | EllipsisType  # a call's limit in s; None: none; ...: the transport's
 
 
 class ApiError(EngineError):
@@ -66,7 +67,7 @@ class Transport(Protocol):
 
     def ping(self, timeout: float) -> None: ...
     def call(
-        self, method: str, path: str, query: Query = None, body: Any = None, timeout: Any = ...
+        self, method: str, path: str, query: Query = None, body: object = None, timeout: Limit = ...
     ) -> Any: ...
     def stream(
         self, method: str, path: str, query: Query = None, upgrade: bool = False
@@ -76,19 +77,6 @@ class Transport(Protocol):
 def path_of(template: str, *args: str) -> str:
     """'/containers/{}/json' with each argument quoted as one path segment."""
     return template.format(*(quote(arg, safe=":") for arg in args))
-
-
-def unreachable(host: str, reason: str) -> EngineError:
-    return EngineError(f"cannot reach the Docker engine at {host}: {reason}", hint=UNREACHABLE_HINT)
-
-
-def stalled(host: str, timed_out: bool, limit: float | None, why: str = "") -> EngineError:
-    reason = f"no answer within {limit:g} s" if timed_out and limit else "the connection failed"
-    reason = why or reason
-    return EngineError(
-        f"the Docker engine at {host} stopped answering: {reason}",
-        hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets the wait",
-    )
 
 
 def api_error(status: int, raw: bytes) -> ApiError:
@@ -248,7 +236,7 @@ class HttpTransport:
         self.reached = True
 
     def call(
-        self, method: str, path: str, query: Query = None, body: Any = None, timeout: Any = ...
+        self, method: str, path: str, query: Query = None, body: object = None, timeout: Limit = ...
     ) -> Any:
         """One request; its JSON answer (None when empty). `timeout` None: no read limit."""
         limit = self.timeout if timeout is ... else timeout
@@ -292,7 +280,7 @@ class SocketStream:
     """A raw connection (an upgraded attach). `answer`: the answer whose head came first on
     it; its buffer may already hold the job's first bytes, so reads go through it."""
 
-    def __init__(self, sock: Any, answer: http.client.HTTPResponse | None = None) -> None:
+    def __init__(self, sock: socket.socket, answer: http.client.HTTPResponse | None = None) -> None:
         self.sock = sock
         self.answer = answer  # held: a collected answer closes the file it reads from
         self._read = sock.recv if answer is None else answer.fp.read1

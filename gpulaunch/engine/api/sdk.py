@@ -17,14 +17,14 @@ from typing import Any
 from gpulaunch.engine.api.address import Address
 from gpulaunch.engine.api.http import (
     BODY_LIMIT,
+    Limit,
     Query,
     SocketStream,
     Stream,
     api_error,
-    stalled,
-    unreachable,
+    decode,
 )
-from gpulaunch.engine.replies import from_transport
+from gpulaunch.engine.failures import stalled, unreachable
 
 
 def client_kwargs(address: Address) -> dict[str, Any]:
@@ -87,7 +87,7 @@ class SdkTransport:
             raise unreachable(self.host, reason[:400]) from None
         self._api.timeout = self.timeout
 
-    def _send(self, method: str, path: str, limit: Any, **kwargs: Any) -> Any:
+    def _send(self, method: str, path: str, limit: float | None, **kwargs: Any) -> Any:
         """The answer as it comes (its head read); an error status is ApiError with the
         first 64 KiB of its body."""
         import requests
@@ -103,9 +103,9 @@ class SdkTransport:
         return response
 
     def call(
-        self, method: str, path: str, query: Query = None, body: Any = None, timeout: Any = ...
+        self, method: str, path: str, query: Query = None, body: object = None, timeout: Limit = ...
     ) -> Any:
-        import requests
+        import urllib3.exceptions
 
         limit = self.timeout if timeout is ... else timeout
         end = None if limit is None else time.monotonic() + limit
@@ -122,16 +122,13 @@ class SdkTransport:
                 if end is not None and time.monotonic() > end:
                     raise stalled(self.host, True, limit)
                 parts.append(chunk)
-        except (requests.RequestException, OSError) as err:
-            raise stalled(self.host, "timed out" in str(err).lower(), limit) from None
-        except Exception as err:  # urllib3's own (a read timeout, a broken chunk)
-            if not from_transport(err):
-                raise
+        # the connection's (requests' are OSErrors too) and urllib3's own: a read timeout,
+        # a broken chunk
+        except (OSError, urllib3.exceptions.HTTPError) as err:
             raise stalled(self.host, "timed out" in str(err).lower(), limit) from None
         finally:
             response.close()
-        raw = b"".join(parts)
-        return json.loads(raw) if raw.strip() else None
+        return decode(response.status_code, b"".join(parts))
 
     def stream(self, method: str, path: str, query: Query = None, upgrade: bool = False) -> Stream:
         headers = {"Connection": "Upgrade", "Upgrade": "tcp"} if upgrade else {}

@@ -1,56 +1,28 @@
-"""What the engine and its CLI answer: which docker CLI can build with BuildKit (`docker
-buildx`, 23+, or a pre-23 client behind DOCKER_BUILDKIT=1; None: the SDK's classic builder),
-probed without a daemon and kept per process and, by builds and runs, in the user cache for
-the same binaries, plugins and DOCKER_* variables (a command asks more than once, and each
-probe runs two subprocesses per `docker` on PATH); its version text; short
-error texts; whether an error came from the HTTP layer under the SDK, and that error as the
-one line naming the engine that stopped answering; and what an engine refused before (below:
-`refused_ulimits`)."""
+"""Which docker CLI can build with BuildKit (`docker buildx`, 23+, or a pre-23 client behind
+DOCKER_BUILDKIT=1; None: the SDK's classic builder), probed without a daemon.
+
+Each probe runs two subprocesses per `docker` on PATH, and a command asks more than once, so
+the answer is kept per process and, by builds and runs, in the user cache, keyed by all it
+depends on: the binaries, their plugins and the DOCKER_* variables."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shutil
 import stat
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from gpulaunch.engine.buildspec import DockerCli
-from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.fsio import cache_dir, read_cache, write_cache
 
-TIMEOUT_ENV = "GPULAUNCH_ENGINE_TIMEOUT"  # deadline of each whole API call after the ping
-API_TIMEOUT_S = 60  # each later API call (streams and waits disable their read timeout)
 
-
-def api_timeout(env: Mapping[str, str]) -> float:
-    """GPULAUNCH_ENGINE_TIMEOUT, or 60 s; anything but a number in (0, 86400] is exit 2."""
-    text = env.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return API_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 86400:
-        raise ConfigError(f"{TIMEOUT_ENV}: {text!r} is not a number of seconds in (0, 86400]")
-    return value
-
-
-def _is_executable(path: Path) -> bool:
-    """Like shutil.which's test: a PATH entry we may not read (root's ~/bin under sudo or
-    another uid) is skipped instead of raising PermissionError."""
-    try:
-        return path.is_file() and os.access(path, os.X_OK)
-    except OSError:
-        return False
-
-
-def _client_version(text: str) -> str:
+def client_version(text: str) -> str:
     """'Docker version 20.10.24, build 297e128' -> '20.10.24'."""
     match = re.search(r"version (\d+[\w.+-]*)", text)
     return match.group(1) if match else ""
@@ -63,50 +35,10 @@ def _major(version: str) -> int:
         return 0
 
 
-def from_transport(err: BaseException) -> bool:
-    """An error of the HTTP layer under the docker SDK (requests, urllib3), by module, so
-    nothing imports them for this."""
-    return any(c.__module__.split(".")[0] in ("requests", "urllib3") for c in type(err).__mro__)
-
-
-def stalls_raise(api: Any, host: str) -> None:
-    """Make every request of the SDK's session that the transport fails (a read timeout, a
-    dropped connection) an EngineError naming the engine, instead of urllib3's pool text.
-
-    The SDK sends each call through `Session.request`; wrapping it on this one session
-    covers every call, including those made inside the SDK's models."""
-    send = api.request
-
-    def request(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return send(*args, **kwargs)
-        except Exception as err:
-            if not from_transport(err):
-                raise
-            limit = kwargs.get("timeout")
-            if "timed out" in str(err).lower() and isinstance(limit, int | float):
-                reason = f"no answer within {limit:g} s"
-            else:
-                reason = "the connection failed"
-            raise EngineError(
-                f"the Docker engine at {host} stopped answering: {reason}",
-                hint=f"check dockerd (its ping answers, its API does not); {TIMEOUT_ENV} sets "
-                "the wait",
-            ) from None
-
-    api.request = request
-
-
-def short_text(err: BaseException) -> str:
-    explanation = getattr(err, "explanation", None)
-    text = str(explanation or err).strip()
-    return " ".join(text.split())[:400]
-
-
 CLI_PROBE_TIMEOUT_S = 10
 
-# by (each candidate's path and file identity, DOCKER_CONFIG): a replaced binary is asked anew
-_PROBED: dict[tuple[object, ...], DockerCli | None] = {}
+# by `probe_key`'s digest: a replaced binary, plugin or config is asked anew
+_PROBED: dict[str, DockerCli | None] = {}
 _FRESH: dict[str, tuple[list[object], DockerCli | None]] = {}  # probed here, not yet saved
 
 
@@ -117,13 +49,13 @@ def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
     if env.get("GPULAUNCH_BUILDER") == "classic":
         return None
     candidates = _candidates(env)
-    key = cli_key(env, candidates)
+    disk_key = probe_key(env, candidates)
+    key = _digest(disk_key)
     if key not in _PROBED:
-        disk_key = probe_key(env, candidates)
         found = _cached_probe(disk_key, candidates)
         if found is False:
             found = _probe(candidates, _probe_env(env))
-            _FRESH[_digest(disk_key)] = (disk_key, found)
+            _FRESH[key] = (disk_key, found)
         _PROBED[key] = found
     return _PROBED[key]
 
@@ -139,8 +71,8 @@ def remember_probes(now: float | None = None) -> None:
         answer = None if cli is None else [cli.path, cli.mode]
         entries[digest] = {"at": now, "key": disk_key, "cli": answer}
     _FRESH.clear()
-    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENGINES]
-    write_cache(_probe_path(), {k: entries[k] for k in newest}, root=cache_dir().parent)
+    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENTRIES]
+    write_cache(cache_dir() / PROBE_FILE, {k: entries[k] for k in newest}, root=cache_dir().parent)
 
 
 def _candidates(env: Mapping[str, str]) -> list[str]:
@@ -149,22 +81,16 @@ def _candidates(env: Mapping[str, str]) -> list[str]:
     if explicit:
         candidates.append(explicit)
     for directory in env.get("PATH", os.defpath).split(os.pathsep):
-        found = Path(directory) / "docker"
-        if _is_executable(found) and str(found) not in candidates:
-            candidates.append(str(found))
+        found = shutil.which("docker", path=directory)  # a folder we may not read: skipped
+        if found and found not in candidates:
+            candidates.append(found)
     return candidates
 
 
-def cli_key(env: Mapping[str, str], candidates: list[str] | None = None) -> tuple[object, ...]:
-    """What the probe's answer depends on (each candidate's path and file identity,
-    DOCKER_CONFIG, GPULAUNCH_BUILDER): equal keys, equal answers, so it can key caches."""
-    if candidates is None:
-        candidates = _candidates(env)
-    return (
-        tuple(_file_key(path) for path in candidates),
-        env.get("DOCKER_CONFIG"),
-        env.get("GPULAUNCH_BUILDER"),
-    )
+def cli_key(env: Mapping[str, str]) -> tuple[object, ...]:
+    """What the probe's answer depends on (`probe_key`, as its digest): equal keys, equal
+    answers, so it keys the tag cache too."""
+    return (_digest(probe_key(env, _candidates(env))),)
 
 
 def _probe(candidates: list[str], env: dict[str, str]) -> DockerCli | None:
@@ -174,7 +100,7 @@ def _probe(candidates: list[str], env: dict[str, str]) -> DockerCli | None:
         # `docker --version` is the client alone: the answer must not depend on whether
         # a daemon answered (dry-run and the real build pick the same builder and tag).
         version = _output(path, ["--version"], env)
-        if version and _major(_client_version(version)) < 23:
+        if version and _major(client_version(version)) < 23:
             # Pre-23 clients carry their own BuildKit frontend behind DOCKER_BUILDKIT=1.
             return DockerCli(path, "env")
     return None
@@ -208,6 +134,8 @@ def _output(path: str, args: list[str], env: dict[str, str]) -> str | None:
 
 PROBE_FILE = "docker-cli.json"
 PROBE_FORMAT = 1
+MAX_AGE_S = 24 * 3600  # an answer older than a day is asked again
+MAX_ENTRIES = 32
 PLUGIN_DIRS = (  # where the docker CLI looks for docker-buildx, after DOCKER_CONFIG's
     "/usr/local/lib/docker/cli-plugins",
     "/usr/local/libexec/docker/cli-plugins",
@@ -269,15 +197,9 @@ def _digest(disk_key: list[object]) -> str:
     return hashlib.sha256(json.dumps(disk_key).encode()).hexdigest()[:32]
 
 
-def _probe_path() -> Path:
-    return cache_dir() / PROBE_FILE
-
-
 def _probe_entries() -> dict[str, dict[str, object]]:
-    data = read_cache(_probe_path())
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)}
+    data = read_cache(cache_dir() / PROBE_FILE)  # JSON: its keys are strings
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
 def _cached_probe(
@@ -312,68 +234,6 @@ def _identity(path: str) -> list[str]:
         return [path]
     stamps = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return [path, os.path.realpath(path), *map(str, stamps)]
-
-
-def _file_key(path: str) -> tuple[str, int, int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (path, 0, 0, 0)
-    return (path, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-# -- what an engine refused before -------------------------------------------------------
-# What an engine refused before, remembered per engine: a ulimit it may not raise (an
-# engine inside an unprivileged sandbox refuses memlock=-1 at container start).
-#
-# Without this every run creates the container, has its start refused, removes it and creates
-# it again: two round trips of create and start for nothing. The answer is kept in the user
-# cache dir keyed by the engine's identity (its ID, version and kernel from /info) and for a
-# day at most, so a reconfigured engine is asked again; a cache file that is missing, corrupt
-# or planted only means asking again (read through fsio.read_cache, checked field by field).
-
-FILE_NAME = "engines.json"
-MAX_AGE_S = 24 * 3600
-MAX_ENGINES = 32
-ULIMIT_NAMES = frozenset({"memlock", "stack", "nofile"})
-
-
-def _path() -> Path:
-    return cache_dir() / FILE_NAME
-
-
-def _entries() -> dict[str, dict[str, object]]:
-    data = read_cache(_path())
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)}
-
-
-def refused_ulimits(engine_id: str, now: float | None = None) -> set[str]:
-    """The ulimits this engine refused within the last day (empty when unknown)."""
-    entry = _entries().get(engine_id)
-    if entry is None:
-        return set()
-    at, refused = entry.get("at"), entry.get("refused_ulimits")
-    now = time.time() if now is None else now
-    if not isinstance(at, int | float) or not 0 <= now - at <= MAX_AGE_S:
-        return set()
-    if not isinstance(refused, list):
-        return set()
-    return {name for name in refused if isinstance(name, str) and name in ULIMIT_NAMES}
-
-
-def remember_refused_ulimit(engine_id: str, name: str, now: float | None = None) -> None:
-    """Record that this engine refused ulimit `name` (a failed write is ignored)."""
-    if name not in ULIMIT_NAMES:
-        return
-    now = time.time() if now is None else now
-    entries = _entries()
-    known = refused_ulimits(engine_id, now)
-    entries[engine_id] = {"at": now, "refused_ulimits": sorted(known | {name})}
-    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENGINES]
-    root = cache_dir().parent
-    write_cache(_path(), {k: entries[k] for k in newest}, root=root)
 
 
 def _at(entry: dict[str, object]) -> float:
