@@ -144,7 +144,11 @@ def parse_gpus(value: object) -> int | str:
         index = ascii_int(item)
         if index is not None and index >= MAX_GPUS:
             raise ValueError(f"GPU index {item} is out of range (at most {MAX_GPUS - 1})")
-    normal = [_gpu_key(item) for item in items]
+    # one device, one spelling: `00` is `0`, UUIDs ignore case, bus ids in sysfs' form
+    normal = [
+        str(int(i)) if i.isdigit() else normalize_bus_id(i) if ":" in i else i.lower()
+        for i in items
+    ]
     dupes = sorted({i for i in normal if normal.count(i) > 1})
     if dupes:
         raise ValueError(f"{value!r} names GPU {dupes[0]} twice")
@@ -157,20 +161,18 @@ _GPU_ID = re.compile(
     r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+"
     r"|(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 )
+_BUS_ID_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
+)
 
 
-def _gpu_key(item: str) -> str:
-    """One device, one spelling: `00` is `0`, UUIDs ignore case, and a bus id is read as
-    numbers (domain 0 when left out) into sysfs' form, as launch.topology's normalize_bus_id
-    writes it, so duplicates are found however each was written."""
-    if item.isdigit():
-        return str(int(item))
-    if ":" not in item:
-        return item.lower()
-    *domain, bus, slot = item.split(":")
-    device, function = slot.split(".")
-    number = int(domain[0] if domain else "0", 16)
-    return f"{number:04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+def normalize_bus_id(text: str) -> str:
+    """ "00000000:3B:00.0" (NVML), "3b:00.0" or "0000:3b:00.0" -> "0000:3b:00.0" (sysfs)."""
+    m = _BUS_ID_RE.match(text.strip().lower())
+    if m is None:
+        raise ValueError(f"not a PCI bus id: {text!r}")
+    domain = int(m["domain"] or "0", 16)
+    return f"{domain:04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.{m['fn']}"
 
 
 # Kubernetes names and labels (apimachinery validation rules), shared by config and flags.

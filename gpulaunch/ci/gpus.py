@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpulaunch.engine.docker_api import PROBE_SUFFIX, engine_address, is_remote
+from gpulaunch.engine.docker_api import PROBE_SUFFIX, is_remote
 from gpulaunch.errors import ConfigError, EngineError, GpulaunchError
 
 NO_RUNTIME_FIX = (
@@ -63,19 +63,18 @@ def engine_host(engine: Any, env: Mapping[str, str]) -> str:
         return env.get("DOCKER_HOST", "")
 
 
-def host_gpus(env: Mapping[str, str], host: str | None = None) -> tuple[list[str], str]:
+def host_gpus(env: Mapping[str, str], host: str) -> tuple[list[str], str]:
     """GPU names NVML reports on this machine, and, when there are none, why. `host`: the
-    engine's address (default: `engine_address`, DOCKER_HOST when the context is unreadable)."""
+    engine's address (engine_host)."""
+    from gpulaunch.engine.nvml import NvmlError
     from gpulaunch.image import compat
 
-    if host is None:
-        try:
-            host = engine_address(env)
-        except GpulaunchError:
-            host = env.get("DOCKER_HOST", "")
     if is_remote(host):
         return [], f"the engine is remote ({host}); its GPUs are not visible here"
-    info = compat.probe(env)
+    try:
+        info = compat.probe(env)
+    except NvmlError as err:
+        return [], str(err)
     if info is None:
         return [], "NVML found no driver (no nvidia-ml-py, no NVIDIA driver, or no GPU)"
     if not info.names:

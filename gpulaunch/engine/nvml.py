@@ -1,4 +1,7 @@
-"""One way to open NVML (nvidia-ml-py), shared by topology, profiles and host checks."""
+"""One way to open NVML (nvidia-ml-py), shared by topology, profiles and host checks.
+
+The one policy: a session lends the bindings behind a guard, so every NVML failure a caller
+can meet is NvmlError (a driver refusing a query, or bindings too old for the function)."""
 
 from __future__ import annotations
 
@@ -12,56 +15,73 @@ SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
 
 
 class NvmlError(GpulaunchError):
-    """The driver answered nvmlInit but refused a later query (NVMLError_NotSupported, ...).
+    """NVML could not answer: the driver refused a query (NVMLError_NotSupported, ...), or
+    the installed bindings lack the function (`outdated`: an older nvidia-ml-py)."""
 
-    Callers decide whether that is advisory (say what could not be checked) or fatal. Any
-    other exception from inside a session (an AttributeError from bindings that lack a
-    function, a bug) is not this and propagates unchanged.
-    """
+    def __init__(self, message: str, *, outdated: bool = False) -> None:
+        super().__init__(message)
+        self.outdated = outdated
 
 
-def query(lib: Any, name: str, *args: Any) -> Any:
+class Nvml:
+    """pynvml as a session lends it: its `nvml*` functions raise NvmlError, never what the
+    bindings raise; a function the bindings lack is NvmlError(outdated=True) on access."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        error = getattr(module, "NVMLError", None)
+        self._error: type[BaseException] | tuple[()] = error if isinstance(error, type) else ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = getattr(self._module, name)
+        except AttributeError:
+            if not name.startswith("nvml"):
+                raise  # constants: callers may fall back with getattr(lib, NAME, default)
+            raise NvmlError(
+                f"NVML: the installed nvidia-ml-py lacks {name} (an older version: "
+                "pip install -U nvidia-ml-py)",
+                outdated=True,
+            ) from None
+        if not name.startswith("nvml") or not callable(value):
+            return value
+
+        def call(*args: Any) -> Any:
+            try:
+                return value(*args)
+            except self._error as err:
+                raise NvmlError(f"NVML: {err}") from err
+
+        return call
+
+
+def query(lib: Nvml, name: str, *args: Any) -> Any:
     """One NVML query that may be missing (older bindings) or refused for one GPU (Not
     Supported, e.g. memory on unified-memory parts): None then, so the caller's other queries
-    still answer. Any other exception propagates."""
-    fn = getattr(lib, name, None)
-    if fn is None:
-        return None
-    refused = getattr(lib, "NVMLError", None)
+    still answer."""
     try:
-        return fn(*args)
-    except Exception as err:
-        if isinstance(refused, type) and isinstance(err, refused):
-            return None
-        raise
+        return getattr(lib, name)(*args)
+    except NvmlError:
+        return None
 
 
 @contextlib.contextmanager
-def session(env: Mapping[str, str]) -> Iterator[Any]:
-    """The initialized pynvml module, shut down afterwards; None when it is not installed,
-    no driver answers, or a sysfs fixture (GPULAUNCH_SYSFS_ROOT) replaces the machine.
+def session(env: Mapping[str, str]) -> Iterator[Nvml | None]:
+    """The initialized bindings (as Nvml), shut down afterwards; None when they are not
+    installed, no driver answers, or a sysfs fixture (GPULAUNCH_SYSFS_ROOT) replaces the
+    machine."""
+    lib = None
+    if not env.get(SYSFS_ROOT_ENV):
+        try:
+            import pynvml
 
-    An NVMLError raised by a query inside the block comes out as NvmlError."""
-    if env.get(SYSFS_ROOT_ENV):
-        yield None
-        return
+            lib = Nvml(pynvml)
+            lib.nvmlInit()
+        except (ImportError, NvmlError):  # no bindings; NVMLError_LibraryNotFound, ...
+            lib = None
     try:
-        import pynvml
-    except ImportError:
-        yield None
-        return
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-        yield None
-        return
-    nvml_error = getattr(pynvml, "NVMLError", None)
-    try:
-        yield pynvml
-    except Exception as err:
-        if isinstance(nvml_error, type) and isinstance(err, nvml_error):
-            raise NvmlError(f"NVML: {err}") from err
-        raise
+        yield lib
     finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        if lib is not None:
+            with contextlib.suppress(NvmlError):
+                lib.nvmlShutdown()

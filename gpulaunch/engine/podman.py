@@ -177,7 +177,7 @@ def known_kind(address: str, now: float | None = None) -> EngineKind | None:
 
 
 # -- CDI -------------------------------------------------------------------------------------
-def cdi_names(gpus: Any) -> list[str]:
+def cdi_names(gpus: Mapping[str, Any]) -> list[str]:
     """The CDI devices for one DeviceRequest of `runspec.create_body` (Count -1: all, Count
     N: indices 0..N-1, DeviceIDs: each index or UUID)."""
     ids = [str(i) for i in gpus.get("DeviceIDs") or []]

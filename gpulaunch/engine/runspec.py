@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulaunch.engine.docker_api import MANAGED_LABEL, RUN_ID_LABEL
+from gpulaunch.gpurequest import GpuRequest
 
 WORKSPACE = "/workspace"
 HELPERS_DIR = "/opt/gpulaunch/bin"
@@ -70,7 +71,7 @@ class RunPlan:
     env: dict[str, str]
     mounts: list[Mount]
     user: str
-    gpus: int | str  # 0 = none, N, "all", or "0,2"
+    gpus: int | str  # a GpuRequest's value: 0 = none, N, "all", or "0,2"
     labels: dict[str, str]
     workdir: str = WORKSPACE
     ipc: str | None = "host"
@@ -109,6 +110,10 @@ class RunPlan:
         # name for that, so c10d's reverse lookup falls through to DNS and warns
         # "hostname of the client socket cannot be retrieved" on every connection.
         self.extra_hosts.setdefault(V4MAPPED_LOOPBACK_NAME, "::ffff:127.0.0.1")
+
+    @property
+    def gpu_request(self) -> GpuRequest:
+        return GpuRequest(self.gpus)
 
     @property
     def run_id(self) -> str:
@@ -161,8 +166,8 @@ def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
     if plan.tty:
         argv.append("--tty")
     argv += ["--user", plan.user, "--workdir", plan.workdir]
-    if plan.gpus not in (0, "0"):
-        argv += ["--gpus", _gpus_cli(plan.gpus)]
+    if not plan.gpu_request.none:
+        argv += ["--gpus", plan.gpu_request.docker_flag()]
     if plan.ipc:
         argv += ["--ipc", plan.ipc]
     if plan.shm_size:
@@ -209,21 +214,13 @@ def engine_run_argv(plan: RunPlan, kind: Any, detach: bool = False) -> list[str]
     options = argv[1 : len(argv) - len(plan.command) - 1]  # between `docker` and the image
     if "--gpus" in options:
         at = options.index("--gpus")
-        devices: list[str] = []
-        for name in cdi_names(create_body(plan)["HostConfig"]["DeviceRequests"][0]):
-            devices += ["--device", name]
-        options[at : at + 2] = devices
+        cdi = cdi_names(plan.gpu_request.device_request())
+        options[at : at + 2] = [word for name in cdi for word in ("--device", name)]
     for i, word in enumerate(options):  # a mask stays empty: Podman copies up unless told
         if word.startswith("type=tmpfs,") and options[i - 1] == "--mount":
             options[i] = word + ",notmpcopyup"
     keep_id = ["--userns", "keep-id"] if kind.rootless else []
     return ["podman", options[0], *keep_id, *options[1:], plan.image, *plan.command]
-
-
-def _gpus_cli(gpus: int | str) -> str:
-    if isinstance(gpus, int) or gpus == "all":
-        return str(gpus)
-    return f'"device={gpus}"'
 
 
 def shell_line(argv: list[str]) -> str:
@@ -265,15 +262,8 @@ def create_body(plan: RunPlan) -> dict[str, Any]:
         "Init": plan.init,
         "Mounts": [m.body() for m in plan.mounts],
     }
-    if plan.gpus not in (0, "0"):
-        request: dict[str, Any] = {"Driver": "", "Count": 0, "DeviceIDs": []}
-        if isinstance(plan.gpus, int):
-            request["Count"] = plan.gpus
-        elif plan.gpus == "all":
-            request["Count"] = -1
-        else:
-            request["DeviceIDs"] = plan.gpus.split(",")
-        host["DeviceRequests"] = [{**request, "Capabilities": [["gpu"]], "Options": {}}]
+    if not plan.gpu_request.none:
+        host["DeviceRequests"] = [plan.gpu_request.device_request()]
     if plan.ipc:
         host["IpcMode"] = plan.ipc
     if plan.shm_size:

@@ -15,6 +15,7 @@ from pathlib import Path
 from gpulaunch.errors import ConfigError
 from gpulaunch.export.images import parse_ref
 from gpulaunch.export.spec import RDZV_PORT, ExportSpec, slurm_memory
+from gpulaunch.gpurequest import GpuRequest
 
 CONTAINERS = ("pyxis", "apptainer", "docker", "podman", "none")
 _TIME = re.compile(r"(?:[0-9]+-)?[0-9]{1,2}(?::[0-9]{2}){0,2}|[0-9]+")
@@ -84,13 +85,14 @@ def srun_argv(spec: ExportSpec, opts: SlurmOptions, project: Path) -> list[str]:
         ]
     engine = opts.container  # docker or podman: the same line, GPUs each engine's way
     argv = [engine, "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
-    if spec.gpus and engine == "podman":
+    gpus = GpuRequest(spec.gpus)
+    if not gpus.none and engine == "podman":
         from gpulaunch.engine.podman import cdi_names
 
-        for device in cdi_names({"Count": spec.gpus}):
+        for device in cdi_names(gpus.device_request()):
             argv += ["--device", device]
-    elif spec.gpus:
-        argv += ["--gpus", str(spec.gpus)]
+    elif not gpus.none:
+        argv += ["--gpus", gpus.docker_flag()]
     if spec.memory:  # the engine's container is outside the job's cgroup: limit it too
         argv += ["--memory", spec.memory]
     for key in sorted(spec.env):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpulaunch.engine.runspec import WORKSPACE
 from gpulaunch.errors import ConfigError
+from gpulaunch.gpurequest import GpuRequest
 from gpulaunch.textcheck import dns_1035, single_line
 
 if TYPE_CHECKING:
@@ -96,14 +97,11 @@ def default_name(config_name: str) -> str:
 
 
 def per_node_gpus(flag: str | None, configured: int | str) -> int:
-    from gpulaunch.launch.flags import parse_gpus_flag
-
-    gpus = parse_gpus_flag(flag, configured)
-    if isinstance(gpus, int):
-        return gpus
-    if gpus == "all":
+    request = GpuRequest(configured) if flag is None else GpuRequest.parse(flag, "--gpus")
+    count = request.count(None)
+    if count is None:
         raise ConfigError('--gpus: give a count per node for a cluster ("all" is per machine)')
-    return len(gpus.split(","))
+    return count
 
 
 def build_spec(

@@ -190,7 +190,8 @@ class HostGpus:
 
 def probe(env: Mapping[str, str]) -> HostGpus | None:
     """Driver version and GPU names from NVML; None when NVML is absent, refuses a query, or
-    a fixture is used. Bindings that lack a function raise (AttributeError), never pass."""
+    a fixture is used. Bindings that lack a function raise NvmlError(outdated), never pass
+    silently: each caller says what it could not check."""
     try:
         with nvml.session(env) as lib:
             if lib is None:
@@ -201,7 +202,9 @@ def probe(env: Mapping[str, str]) -> HostGpus | None:
             names = tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles)
             brands = tuple(driver_rule.brand_name(lib.nvmlDeviceGetBrand(h)) for h in handles)
             return HostGpus(driver, names, brands, tuple(_nvml_cc(lib, h) for h in handles))
-    except nvml.NvmlError:
+    except nvml.NvmlError as err:
+        if err.outdated:
+            raise
         # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
         # GPUs were not validated (topology discovery meets the same refusal)
         return None

@@ -1,5 +1,6 @@
 """The run flags and config values that become parts of a run: mounts (what they may expose
-is launch/exposure.py's), GPU requests, `--env`, and the script command line.
+is launch/exposure.py's), `--env`, and the script command line (GPU requests are
+gpurequest.GpuRequest).
 One validator serves a flag and its config field.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from gpulaunch.engine.runspec import WORKSPACE, Mount
 from gpulaunch.errors import ConfigError
-from gpulaunch.textcheck import ascii_int, env_item, parse_gpus, single_line, split_mount
+from gpulaunch.textcheck import ascii_int, env_item, single_line, split_mount
 
 
 def parse_mount(spec: str, project: Path, where: str) -> Mount:
@@ -37,25 +38,6 @@ def parse_mount(spec: str, project: Path, where: str) -> Mount:
     if norm == WORKSPACE or WORKSPACE.startswith(norm.rstrip("/") + "/") or norm == "/":
         raise ConfigError(f"{where}: {norm!r} would hide the project mounted at {WORKSPACE}")
     return Mount(str(source), norm, read_only)
-
-
-def gpu_count(gpus: int | str, host_gpus: int | None) -> int | None:
-    """Number of GPUs a request means, or None when unknown ("all" without host info)."""
-    if isinstance(gpus, int):
-        return gpus
-    if gpus == "all":
-        return host_gpus
-    return len(gpus.split(","))
-
-
-def parse_gpus_flag(value: str | None, default: int | str) -> int | str:
-    """--gpus with the same rules as `launch.gpus` (one validator serves both)."""
-    if value is None:
-        return default
-    try:
-        return parse_gpus(value)
-    except ValueError as err:
-        raise ConfigError(f"--gpus: {err}") from None
 
 
 def parse_env_flags(values: list[str]) -> dict[str, str]:

@@ -12,7 +12,9 @@ from typing import Any
 
 from gpulaunch.cpulist import format_cpulist
 from gpulaunch.errors import TopologyError
-from gpulaunch.launch.topology import Gpu, Topology, normalize_bus_id
+from gpulaunch.gpurequest import GpuRequest
+from gpulaunch.launch.topology import Gpu, Topology
+from gpulaunch.textcheck import normalize_bus_id
 
 PLAN_ENV = "GPULAUNCH_NUMA_PLAN"
 PLAN_VERSION = 1
@@ -62,38 +64,30 @@ class NumaPlan:
         ]
 
 
-def select_gpus(topo: Topology, selection: str | int) -> tuple[Gpu, ...]:
-    """Resolve a user's GPU selection; the returned order is the local-rank order.
+def select_gpus(topo: Topology, request: GpuRequest) -> tuple[Gpu, ...]:
+    """The GPUs of this host a request names; the returned order is the local-rank order.
 
-    int N -> the first N GPUs; "all"; or a comma list mixing indices ("0,2"),
-    UUIDs ("GPU-…") and bus ids (any of NVML's, sysfs' or the short "3b:00.0" form).
-    A bare digit string is a list of one index, not a count.
+    A count takes the first N; a list may mix indices ("0,2"), UUIDs ("GPU-…") and bus ids
+    (any of NVML's, sysfs' or the short "3b:00.0" form).
     """
-    if isinstance(selection, bool) or not isinstance(selection, int | str):
-        raise TopologyError(f"GPU selection {selection!r}: expected a count, 'all' or a list")
-    if isinstance(selection, int):
-        if selection < 0:
-            raise TopologyError(f"GPU selection {selection}: count cannot be negative")
-        if selection > len(topo.gpus):
+    shown = repr(request.value)
+    if not request.ids:
+        count = request.count(len(topo.gpus)) or 0
+        if count > len(topo.gpus):
             raise TopologyError(
-                f"GPU selection {selection}: asked for {selection} GPUs, {_available(topo)}"
+                f"GPU selection {shown}: asked for {count} GPUs, {_available(topo)}"
             )
-        return topo.gpus[:selection]
-    text = selection.strip()
-    if text.lower() == "all":
-        return topo.gpus
+        return topo.gpus[:count]
     chosen: list[Gpu] = []
-    for token in (t.strip() for t in text.split(",")):
-        gpu = _match_one(topo, token, selection)
-        if gpu in chosen:
-            raise TopologyError(f"GPU selection {selection!r}: {token!r} names a GPU twice")
+    for token in request.ids:
+        gpu = _match_one(topo, token, shown)
+        if gpu in chosen:  # parsing cannot know that an index and a UUID are one GPU
+            raise TopologyError(f"GPU selection {shown}: {token!r} names a GPU twice")
         chosen.append(gpu)
     return tuple(chosen)
 
 
-def _match_one(topo: Topology, token: str, selection: str) -> Gpu:
-    if not token:
-        raise TopologyError(f"GPU selection {selection!r}: empty item")
+def _match_one(topo: Topology, token: str, shown: str) -> Gpu:
     if token.isdigit():
         hits = [g for g in topo.gpus if g.index == int(token)]
         what = f"no GPU with index {token}"
@@ -107,12 +101,12 @@ def _match_one(topo: Topology, token: str, selection: str) -> Gpu:
             bus_id = normalize_bus_id(token)
         except ValueError:
             raise TopologyError(
-                f"GPU selection {selection!r}: {token!r} is not an index, UUID or PCI bus id"
+                f"GPU selection {shown}: {token!r} is not an index, UUID or PCI bus id"
             ) from None
         hits = [g for g in topo.gpus if g.bus_id == bus_id]
         what = f"no GPU at bus id {token}"
     if not hits:
-        raise TopologyError(f"GPU selection {selection!r}: {what}; {_available(topo)}")
+        raise TopologyError(f"GPU selection {shown}: {what}; {_available(topo)}")
     return hits[0]
 
 

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, base_labels, new_run_id
 from gpulaunch.errors import ConfigError, TopologyError
+from gpulaunch.gpurequest import GpuRequest
 from gpulaunch.launch.exposure import STATE_IN_PROJECT
 from gpulaunch.launch.flags import (
-    gpu_count,
     host_paths,
     host_python,
     module_command,
     parse_env_flags,
-    parse_gpus_flag,
     parse_mount,
     script_command,
     single_process_warning,
@@ -100,16 +99,16 @@ class LaunchPlan:
         return lines
 
 
-def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
+def _trusted_topology(env: dict[str, str], request: GpuRequest) -> tuple[Topology | None, str]:
     """The engine host's topology when this machine is that host and it can be known, and
     when it is None, why (shown by --dry-run: the GPUs were then not validated).
 
     NVML (a driver is present) or a fixture tree (GPULAUNCH_SYSFS_ROOT). Plain sysfs
     without a driver is not trusted for validation, and a remote engine (DOCKER_HOST or the
     docker context, as the engine seam reads them) is not here.
-    Only the failures a real host produces are advisory: the driver refusing a query
-    (NvmlError) and an unreadable sysfs (OSError). Anything else (bindings without a
-    function, a bug) is raised, because swallowing it would silently skip the validation.
+    The driver refusing a query and an unreadable sysfs are advisory. Bindings too old for
+    a query discovery needs refuse a GPU request: they would skip the validation on every
+    run, not just on this host's odd GPU.
     """
     remote = _remote_engine(env)
     if remote:
@@ -120,6 +119,8 @@ def _trusted_topology(env: dict[str, str]) -> tuple[Topology | None, str]:
     try:
         topo = discover(env)
     except NvmlError as err:
+        if err.outdated and not request.none:
+            raise ConfigError(f"--gpus: GPUs not validated: {err.message}") from None
         return None, f"GPU discovery failed: {err.message}"
     except OSError as err:
         return None, f"GPU discovery failed: cannot read {err.filename or 'sysfs'}: {err.strerror}"
@@ -182,21 +183,22 @@ def plan_run(
     from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
     from gpulaunch.launch.presets import detect_interconnect
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
-    from gpulaunch.project.layout import import_paths
+    from gpulaunch.project.pythonpath import import_paths
 
     if opts.numa is not None and opts.numa not in MODES:
         raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
     environ = dict(os.environ if env is None else env)
-    topo, untrusted_why = _trusted_topology(environ)
-    host_gpus = None if topo is None else len(topo.gpus)
-    gpus = parse_gpus_flag(opts.gpus, config.launch.gpus)
+    request = GpuRequest(config.launch.gpus)
+    if opts.gpus is not None:
+        request = GpuRequest.parse(opts.gpus, "--gpus")
+    topo, untrusted_why = _trusted_topology(environ, request)
     if not opts.no_container:
-        check_host(config, gpus, environ)
-    count = gpu_count(gpus, host_gpus)
+        check_host(config, request, environ)
+    count = request.count(None if topo is None else len(topo.gpus))
     selected: tuple[Any, ...] = ()
-    if topo is not None and gpus not in (0, "0"):
+    if topo is not None and not request.none:
         try:
-            selected = select_gpus(topo, gpus)
+            selected = select_gpus(topo, request)
         except TopologyError as err:
             raise ConfigError(f"--gpus: {err.message}") from None
         count = len(selected)
@@ -204,7 +206,7 @@ def plan_run(
         raise ConfigError("run: give either SCRIPT [ARGS] or -- COMMAND, not both")
     nproc = opts.nproc or config.launch.nproc or (count if count and count > 0 else 1)
 
-    use_gpus = gpus not in (0, "0")
+    use_gpus = not request.none
     cli = CliOverrides(
         profile=opts.profile,
         nccl=opts.nccl,
@@ -243,7 +245,7 @@ def plan_run(
         raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
     if opts.script:
         # --gpus all with no count known here: one rank per GPU the container sees (0: `gpu`)
-        unknown = gpus == "all" and count is None and not (opts.nproc or config.launch.nproc)
+        unknown = count is None and not (opts.nproc or config.launch.nproc)
         ranks = 0 if unknown else nproc
         command = script_command(opts.script, opts.args, project, cwd, ranks, bind_script, rdzv)
         if host_mode:
@@ -265,7 +267,7 @@ def plan_run(
             numa = _no_plan((f"NUMA binding not applied: {NOT_OURS}",))
         else:
             command = bound
-    if gpus == "all" and count is None and command[0] == "torchrun" and not opts.nproc:
+    if count is None and command[0] == "torchrun" and not opts.nproc:
         command[command.index("--nproc-per-node") + 1] = "gpu"
     restart_by = ""
     if opts.restarts:
@@ -284,8 +286,8 @@ def plan_run(
     run_env.update(numa.to_env())
     if host_mode:
         run_env.pop("HOME")
-        if use_gpus and isinstance(gpus, str) and gpus != "all":
-            run_env["CUDA_VISIBLE_DEVICES"] = gpus
+        if request.ids:
+            run_env["CUDA_VISIBLE_DEVICES"] = str(request.value)
 
     binds = [(Mount(str(project), WORKSPACE), "the project")] if mount_project else []
     user_mounts = [(spec, f"launch.mounts[{i}]") for i, spec in enumerate(config.launch.mounts)]
@@ -298,8 +300,8 @@ def plan_run(
     if use_gpus and not host_mode and "cpu" in (config.image.cuda, config.image.flavor):
         field = "image.cuda: cpu" if config.image.cuda == "cpu" else "image.flavor: cpu"
         mount_notes.append(
-            f"--gpus {gpus}: the image is a CPU build ({field}): torch in it cannot use the GPUs "
-            "asked for; choose a CUDA build (image.cuda) to use them"
+            f"--gpus {request.value}: the image is a CPU build ({field}): torch in it cannot use "
+            "the GPUs asked for; choose a CUDA build (image.cuda) to use them"
         )
     checkpoints = checkpoint_folder(config, project)
     if checkpoints is not None:
@@ -327,7 +329,7 @@ def plan_run(
         env=run_env,
         mounts=mounts,
         user=f"{os.getuid()}:{os.getgid()}",
-        gpus=gpus,
+        gpus=request.value,
         labels=base_labels(config.name, run_id),
         network=None if network == "default" else network,
         nproc=nproc,
@@ -352,7 +354,7 @@ def plan_run(
         numa,
         source,
         host_mode,
-        _gpu_check(gpus, topo, untrusted_why),
+        _gpu_check(request, topo, untrusted_why),
         opts.restarts,
         restart_by,
         None if checkpoints is None else str(checkpoints),
@@ -420,35 +422,33 @@ def _multi_node(
     return rdzv, "host"
 
 
-def _gpu_check(gpus: int | str, topo: Topology | None, why: str) -> str:
+def _gpu_check(request: GpuRequest, topo: Topology | None, why: str) -> str:
     """One line for --dry-run: whether --gpus was checked against this host's GPUs."""
-    if gpus in (0, "0"):
+    if request.none:
         return "no GPUs requested"
     if topo is None:
         return f"not validated: {why}"
     return f"validated against this host's {len(topo.gpus)} GPU(s) ({topo.source})"
 
 
-def check_host(config: ProjectConfig, gpus: int | str, env: dict[str, str]) -> None:
+def check_host(config: ProjectConfig, request: GpuRequest, env: dict[str, str]) -> None:
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
-    if gpus in (0, "0"):
+    if request.none or _remote_engine(env):
         return
-    if _remote_engine(env):
-        return
+    from gpulaunch.engine.nvml import NvmlError
     from gpulaunch.image import compat
 
-    info = compat.probe(env)
+    try:
+        info = compat.probe(env)
+    except NvmlError as err:  # bindings too old to read the driver: never a silent pass
+        raise ConfigError(f"--gpus: GPUs not validated: {err}") from None
     if info is None:
         return
     from gpulaunch.image.request import image_request
     from gpulaunch.image.resolver import resolve
 
-    if isinstance(gpus, int):
-        selected: list[int] | None = list(range(min(gpus, len(info.names))))
-    elif gpus != "all" and all(part.isdigit() for part in gpus.split(",")):
-        selected = [int(part) for part in gpus.split(",") if int(part) < len(info.names)]
-    else:
-        selected = None
+    indices = request.indices(None)  # "all" and GPUs named by UUID: every GPU is checked
+    selected = None if indices is None else [i for i in indices if i < len(info.names)]
     compat.check(resolve(image_request(config)), info, selected)
 
 

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.cpulist import parse_cpulist, parse_cpumask
+from gpulaunch.engine.nvml import SYSFS_ROOT_ENV, Nvml, query, session
+from gpulaunch.textcheck import normalize_bus_id
 
-SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
 _NVIDIA_VENDOR = 0x10DE
 _GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
-_BUS_ID_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
-)
 
 
 @dataclass(frozen=True)
@@ -39,15 +37,6 @@ class Topology:
     source: str  # "nvml" | "sysfs" | "none"
 
 
-def normalize_bus_id(text: str) -> str:
-    """ "00000000:3B:00.0" (NVML), "3b:00.0" or "0000:3b:00.0" -> "0000:3b:00.0" (sysfs)."""
-    m = _BUS_ID_RE.match(text.strip().lower())
-    if m is None:
-        raise ValueError(f"not a PCI bus id: {text!r}")
-    domain = int(m["domain"] or "0", 16)
-    return f"{domain:04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.{m['fn']}"
-
-
 def discover(env: Mapping[str, str] | None = None) -> Topology:
     """Find GPUs and NUMA layout: fixture sysfs if `GPULAUNCH_SYSFS_ROOT`, else NVML, else /sys.
 
@@ -58,9 +47,7 @@ def discover(env: Mapping[str, str] | None = None) -> Topology:
     root = env.get(SYSFS_ROOT_ENV)
     if root:
         return _discover_sysfs(Path(root))
-    from gpulaunch.engine import nvml
-
-    with nvml.session(env) as lib:
+    with session(env) as lib:
         if lib is not None:
             return _discover_nvml(lib, Path("/sys"))
     return _discover_sysfs(Path("/sys"))
@@ -90,8 +77,9 @@ def _discover_sysfs(root: Path) -> Topology:
     return Topology(gpus=gpus, nodes=nodes, sockets=sockets, source="sysfs")
 
 
-def _discover_nvml(nvml: Any, sysfs: Path) -> Topology:
+def _discover_nvml(lib: Nvml, sysfs: Path) -> Topology:
     """GPUs (index, UUID, name, bus id) from NVML; NUMA facts from sysfs keyed by bus id.
+    A required query NVML cannot answer is NvmlError; the optional ones read as unknown.
 
     sysfs wins for `numa_node`/`local_cpus` because it is what the kernel allocates
     by; NVML's own answers are used only when sysfs lacks the device (NVML's NUMA
@@ -100,19 +88,19 @@ def _discover_nvml(nvml: Any, sysfs: Path) -> Topology:
     nodes = _read_nodes(sysfs / "devices" / "system" / "node")
     sockets = _read_sockets(sysfs / "devices" / "system" / "cpu")
     gpus: list[Gpu] = []
-    for index in range(int(nvml.nvmlDeviceGetCount())):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        bus_id = normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    for index in range(int(lib.nvmlDeviceGetCount())):
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        bus_id = normalize_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))
         dev = sysfs / "bus" / "pci" / "devices" / bus_id
         numa_node = _read_numa_node(dev) if (dev / "numa_node").is_file() else None
         if numa_node is None:
-            nvml_node = _call(nvml.nvmlDeviceGetNumaNodeId, handle)
+            nvml_node = query(lib, "nvmlDeviceGetNumaNodeId", handle)
             numa_node = nvml_node if isinstance(nvml_node, int) and nvml_node >= 0 else None
         local_cpus = _read_local_cpus(dev)
         if not local_cpus:
-            local_cpus = _nvml_cpu_affinity(nvml, handle)
-        uuid = _call(nvml.nvmlDeviceGetUUID, handle)
-        name = _call(nvml.nvmlDeviceGetName, handle)
+            local_cpus = _nvml_cpu_affinity(lib, handle)
+        uuid = query(lib, "nvmlDeviceGetUUID", handle)
+        name = query(lib, "nvmlDeviceGetName", handle)
         gpus.append(
             Gpu(
                 index=index,
@@ -126,23 +114,15 @@ def _discover_nvml(nvml: Any, sysfs: Path) -> Topology:
     return Topology(gpus=tuple(gpus), nodes=nodes, sockets=sockets, source="nvml")
 
 
-def _nvml_cpu_affinity(nvml: Any, handle: Any) -> frozenset[int]:
+def _nvml_cpu_affinity(lib: Nvml, handle: Any) -> frozenset[int]:
     """nvmlDeviceGetCpuAffinity: array of 64-bit words, bit k of word i = CPU 64*i + k."""
     words = max(1, -(-(os.cpu_count() or 1) // 64))
-    mask = _call(nvml.nvmlDeviceGetCpuAffinity, handle, words)
+    mask = query(lib, "nvmlDeviceGetCpuAffinity", handle, words)
     if mask is None:
         return frozenset()
     return frozenset(
         64 * i + bit for i, word in enumerate(mask) for bit in range(64) if int(word) >> bit & 1
     )
-
-
-def _call(fn: Any, *args: Any) -> Any:
-    """Call an optional NVML function; old drivers lack some, so failures read as unknown."""
-    try:
-        return fn(*args)
-    except Exception:
-        return None
 
 
 def _text(value: Any) -> str:

@@ -15,7 +15,7 @@ import pytest
 from engine.sdk_oracle import sdk_kwargs
 from gpulaunch.config import parse_gpus
 from gpulaunch.engine.runspec import Mount, RunPlan, docker_run_argv
-from gpulaunch.launch.flags import gpu_count
+from gpulaunch.gpurequest import GpuRequest
 
 FLAG_TO_KWARG = {
     "--name": "name",
@@ -187,4 +187,4 @@ def test_dry_run_json_shows_every_option_of_the_plan() -> None:
     [(0, 8, 0), (3, None, 3), ("all", 8, 8), ("all", None, None), ("0,2", None, 2)],
 )
 def test_gpu_count(gpus: int | str, host: int | None, expected: int | None) -> None:
-    assert gpu_count(gpus, host) == expected
+    assert GpuRequest(gpus).count(host) == expected

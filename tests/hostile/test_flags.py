@@ -102,11 +102,11 @@ def test_same_env_rules_for_flag_and_config() -> None:
 def test_same_gpu_rules_for_flag_and_config() -> None:
     from gpulaunch.config import validate_data
     from gpulaunch.errors import ConfigError
-    from gpulaunch.launch.flags import parse_gpus_flag
+    from gpulaunch.gpurequest import GpuRequest
 
     for text in ["0", "2", "all", "0,2", "0,0", "٣", "GPU-abc", "1,01", "4096", "4097", " 1 "]:
         try:
-            flag = parse_gpus_flag(text, 0)
+            flag = GpuRequest.parse(text, "--gpus").value
         except ConfigError:
             flag = None
         try:

@@ -15,10 +15,12 @@ from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml, install
 
 from gpulaunch.cpulist import current_allowed_cpus, format_cpulist, parse_cpulist
-from gpulaunch.errors import TopologyError
+from gpulaunch.errors import ConfigError, TopologyError
+from gpulaunch.gpurequest import GpuRequest
 from gpulaunch.launch import numa, topology
-from gpulaunch.launch.numa import NumaPlan, plan_numa, select_gpus
-from gpulaunch.launch.topology import Gpu, Topology, discover, normalize_bus_id
+from gpulaunch.launch.numa import NumaPlan, plan_numa
+from gpulaunch.launch.topology import Gpu, Topology, discover
+from gpulaunch.textcheck import normalize_bus_id
 
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 DGX_NODE0 = parse_cpulist("0-7,16-23")
@@ -27,6 +29,11 @@ DGX_NODE1 = parse_cpulist("8-15,24-31")
 
 def fixture_topo(name: str) -> Topology:
     return discover({"GPULAUNCH_SYSFS_ROOT": str(FIXTURES / name)})
+
+
+def select_gpus(topo: Topology, value: int | str) -> tuple[Gpu, ...]:
+    """The selection as `run` makes it: the text parsed as --gpus is, then matched."""
+    return numa.select_gpus(topo, GpuRequest.parse(value, "--gpus"))
 
 
 def cpus_by_rank(plan: NumaPlan) -> dict[int, str]:
@@ -201,7 +208,7 @@ def test_select_by_uuid_from_nvml(fake_nvml: FakeNvml) -> None:
     topo = discover({})
     picked = select_gpus(topo, "GPU-bbbbbbbb-1111-1111-1111-111111111111")
     assert [g.index for g in picked] == [1]
-    picked = select_gpus(topo, "gpu-BBBBBBBB-1111-1111-1111-111111111111, 0")
+    picked = select_gpus(topo, "GPU-BBBBBBBB-1111-1111-1111-111111111111, 0")
     assert [g.index for g in picked] == [1, 0]
     with pytest.raises(TopologyError, match="no GPU with UUID GPU-cccc") as err:
         select_gpus(topo, "GPU-cccc")
@@ -248,7 +255,7 @@ def test_select_forms() -> None:
     assert select_gpus(topo, 8) == topo.gpus
     assert [g.index for g in select_gpus(topo, "0,2")] == [0, 2]
     assert [g.index for g in select_gpus(topo, " 5 , 1 ")] == [5, 1]
-    assert [g.index for g in select_gpus(topo, "3")] == [3]  # a string is a list, not a count
+    assert select_gpus(topo, "3") == topo.gpus[:3]  # `--gpus 3` counts, as `gpus: 3` does
 
 
 @pytest.mark.parametrize("bus", ["0000:9A:00.0", "00000000:9a:00.0", "9a:00.0"])
@@ -260,16 +267,11 @@ def test_select_by_bus_id(bus: str) -> None:
 @pytest.mark.parametrize(
     ("selection", "message"),
     [
-        ("8", "GPU selection '8': no GPU with index 8; available GPUs: 0=0000:18:00.0, "),
+        ("0,8", "GPU selection '0,8': no GPU with index 8; available GPUs: 0=0000:18:00.0, "),
         (9, "GPU selection 9: asked for 9 GPUs, available GPUs: 0=0000:18:00.0, "),
-        (-1, "GPU selection -1: count cannot be negative"),
-        ("0,0", "GPU selection '0,0': '0' names a GPU twice"),
-        ("0,,1", "GPU selection '0,,1': empty item"),
-        ("", "GPU selection '': empty item"),
-        ("fast", "GPU selection 'fast': 'fast' is not an index, UUID or PCI bus id"),
+        ("0,0000:18:00.0", "GPU selection '0,0000:18:00.0': '0000:18:00.0' names a GPU twice"),
         ("0000:99:00.0", "GPU selection '0000:99:00.0': no GPU at bus id 0000:99:00.0"),
         ("GPU-1234", "no GPU with UUID GPU-1234 (UUIDs need NVML: install nvidia-ml-py)"),
-        (True, "GPU selection True: expected a count, 'all' or a list"),
     ],
 )
 def test_bad_selection(selection: Any, message: str) -> None:
@@ -279,11 +281,17 @@ def test_bad_selection(selection: Any, message: str) -> None:
     assert err.value.exit_code == 2
 
 
+@pytest.mark.parametrize("selection", [-1, "0,0", "0,,1", "", "fast", True])
+def test_a_malformed_selection_never_reaches_the_topology(selection: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^--gpus: "):
+        select_gpus(fixture_topo("dgx8"), selection)
+
+
 def test_bad_selection_lists_every_gpu() -> None:
     with pytest.raises(TopologyError) as err:
-        select_gpus(fixture_topo("tiny2"), "2")
+        select_gpus(fixture_topo("tiny2"), "1,2")
     assert str(err.value) == (
-        "GPU selection '2': no GPU with index 2; available GPUs: 0=0000:3b:00.0, 1=0000:af:00.0"
+        "GPU selection '1,2': no GPU with index 2; available GPUs: 0=0000:3b:00.0, 1=0000:af:00.0"
     )
 
 
@@ -483,11 +491,15 @@ def test_nvml_refusing_a_query_is_an_nvml_error(fake_nvml: FakeNvml) -> None:
     assert fake_nvml.calls == ["init", "shutdown"]
 
 
-def test_nvml_bindings_without_a_function_raise(fake_nvml: FakeNvml) -> None:
-    """Bindings lacking a required function are a bug to report, never a silent fallback."""
+def test_nvml_bindings_without_a_function_are_an_outdated_nvml_error(fake_nvml: FakeNvml) -> None:
+    """Bindings lacking a required function are the seam's NvmlError (marked outdated, so
+    `run` can refuse), never an AttributeError, and never a silent fallback to sysfs."""
+    from gpulaunch.engine.nvml import NvmlError
+
     fake_nvml.missing = {"nvmlDeviceGetPciInfo"}
-    with pytest.raises(AttributeError, match="nvmlDeviceGetPciInfo"):
+    with pytest.raises(NvmlError, match="nvidia-ml-py lacks nvmlDeviceGetPciInfo") as err:
         discover({})
+    assert err.value.outdated is True
     assert fake_nvml.calls == ["init", "shutdown"]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpulaunch.engine.api.http import ApiError, Stream, Transport, path_of
-from gpulaunch.engine.replies import short_text
+from gpulaunch.engine.failures import short_text
 from gpulaunch.errors import EngineError, RlimitRefused
 
 
