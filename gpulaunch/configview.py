@@ -1,14 +1,43 @@
-"""Validated config models as plain data and back, without pydantic: `encode` turns a
-pydantic model (duck-typed) into a JSON tree, `decode` turns that tree into ConfigView objects
-with the attributes, `model_dump` and `model_fields_set` callers use, and `same` proves a view
-answers as its model does. Used by the config cache (configcache.py) and by the built-in
-profiles and NCCL presets that dev/packaged-json validates once (launch/presets.py)."""
+"""The one type callers see of a validated config: `Model` (a Protocol: attributes,
+`model_dump`, `model_fields_set`), which ConfigView is. `encode` turns a pydantic model
+(duck-typed) into a JSON tree, `decode` turns that tree into ConfigView objects, and `same`
+proves a view answers as its model does. The config cache (configcache.py) hands out views
+whether it validated the file now or read it back, and so do the built-in profiles and NCCL
+presets that dev/packaged-json validates once (launch/presets.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["ConfigView", "decode", "encode", "same"]
+__all__ = ["VALIDATION_CODE", "ConfigView", "Model", "decode", "encode", "same"]
+
+# The modules that parse and validate gpulaunch.yaml and store the result as views
+# (tests/test_configcache.py checks that `import gpulaunch.config` loads no other gpulaunch
+# module): the config cache (configcache._CODE) and the validated copy of the built-in
+# profiles (launch/presets.validated_inputs) are keyed on their text.
+VALIDATION_CODE = (
+    "config.py",
+    "configview.py",
+    "cpulist.py",
+    "errors.py",
+    "secretshape.py",
+    "textcheck.py",
+    "yamlio.py",
+)
+
+
+class Model(Protocol):
+    """What a loaded config (and each model in it) answers: its fields as attributes,
+    `model_dump` and `model_fields_set`. Code that needs more adds it to ConfigView."""
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+    def model_dump(
+        self, *, mode: str = "python", exclude_unset: bool = False
+    ) -> dict[str, Any]: ...
+
+    def __getattr__(self, name: str) -> Any: ...
 
 
 def encode(model: Any) -> dict[str, Any]:
@@ -93,7 +122,7 @@ def same(view: Any, model: Any) -> bool:
 
 
 class ConfigView:
-    """A validated config model read back from the cache, without pydantic: its fields as
+    """A validated config model as plain data, without pydantic: its fields as
     attributes (nested models as views, lists and dicts as plain values), `model_dump` and
     `model_fields_set`. Read-only: nothing assigns to a loaded config."""
 

@@ -123,12 +123,32 @@ def _is_model(value: Any) -> bool:
     return hasattr(type(value), "model_fields")
 
 
+def _load(path: Path, overrides: tuple[str, ...] = (), *, write: bool = False) -> tuple[Any, bool]:
+    """(what load answers, whether it validated the file: a miss)."""
+    calls: list[Path] = []
+    real = config_mod.load_config_bytes
+
+    def counting(raw: bytes, where: Path, sets: tuple[str, ...]) -> Any:
+        calls.append(where)
+        return real(raw, where, sets)
+
+    config_mod.load_config_bytes = counting  # type: ignore[assignment]
+    try:
+        return load(path, overrides, write=write), bool(calls)
+    finally:
+        config_mod.load_config_bytes = real
+
+
 def _warm_then_hit(path: Path, overrides: tuple[str, ...] = ()) -> tuple[Any, Any]:
-    miss = load(path, overrides, write=True)
-    assert not isinstance(miss, ConfigView)
+    """(a hit, the pydantic model); the miss that wrote the entry is a view as the hit is."""
+    model = load_config(path, overrides)
+    miss, validated = _load(path, overrides, write=True)
+    assert validated
+    _assert_same(miss, model)
     assert entry_path(path, overrides).is_file()
-    hit = load(path, overrides, write=False)
-    return hit, miss
+    hit, validated = _load(path, overrides)
+    assert not validated
+    return hit, model
 
 
 @pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
@@ -199,8 +219,8 @@ def test_an_edited_file_is_validated_again(in_tmp: Path) -> None:
     path.write_text("name: first\nlaunch: {gpus: 2}\n")
     _warm_then_hit(path)
     path.write_text("name: first\nlaunch: {gpus: 3}\n")
-    fresh = load(path, (), write=False)
-    assert not isinstance(fresh, ConfigView) and fresh.launch.gpus == 3
+    fresh, validated = _load(path)
+    assert validated and isinstance(fresh, ConfigView) and fresh.launch.gpus == 3
     path.write_text("name: first\nlaunch: {gpus: -3}\n")
     with pytest.raises(ConfigError) as err:
         load(path, (), write=True)
@@ -210,29 +230,100 @@ def test_an_edited_file_is_validated_again(in_tmp: Path) -> None:
     assert err.value.message.startswith("launch.gpus:")
 
 
-@pytest.mark.parametrize(
-    "change",
-    ["other overrides", "other path, same bytes", "other gpulaunch code", "other CPUs"],
-)
-def test_what_else_validation_depends_on_misses(
-    change: str, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+def _libs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """pydantic, pydantic_core and yaml as configcache finds them, each pointed at a stand-in
+    file here (so a test can change its size or time without touching the installed one)."""
+    import importlib.util
+    import types
+
+    real = importlib.util.find_spec
+    assert set(configcache._LIBS) == set(LIBS)
+    files = {lib: tmp_path / "libs" / f"{lib}.py" for lib in LIBS}
+    for file in files.values():
+        file.parent.mkdir(exist_ok=True)
+        file.write_text("# stand-in\n")
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return types.SimpleNamespace(origin=str(files[name])) if name in files else real(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    return files
+
+
+LIBS = ("pydantic", "pydantic_core", "yaml")
+KEY_INPUTS = [
+    "the file's bytes (same config)",
+    "its path (same bytes)",
+    "the --set items",
+    "FORMAT",
+    "gpulaunch's version",
+    "the Python version",
+    "the host's possible CPUs",
+    "the record key (another user's seal)",
+    *(f"{lib}'s {what}" for lib in LIBS for what in ("size", "time")),
+]
+
+
+def _perturb(
+    change: str, path: Path, monkeypatch: pytest.MonkeyPatch, libs: dict[str, Path]
+) -> tuple[Path, tuple[str, ...]]:
+    """One input of the key changed; the (path, --set items) to load next."""
+    if change == "the file's bytes (same config)":
+        path.write_text("name: keyed\n# a comment\n")
+    elif change == "its path (same bytes)":
+        path = path.parent / "copy.yaml"
+        path.write_text("name: keyed\n")
+    elif change == "the --set items":
+        return path, ("launch.gpus=2",)
+    elif change == "FORMAT":
+        monkeypatch.setattr(configcache, "FORMAT", configcache.FORMAT + 1)
+    elif change == "gpulaunch's version":
+        monkeypatch.setattr(configcache, "__version__", "0.0.0+other")
+    elif change == "the Python version":
+        monkeypatch.setattr(sys, "version", sys.version + " other")
+    elif change == "the host's possible CPUs":
+        monkeypatch.setattr("gpulaunch.cpulist.possible_cpus", lambda: 100_000)
+    elif change == "the record key (another user's seal)":
+        monkeypatch.setenv("GPULAUNCH_STATE_DIR", str(path.parent / "another-user"))
+    elif change.endswith("'s size"):
+        libs[change.removesuffix("'s size")].write_text("# stand-in, upgraded\n")
+    else:
+        lib = libs[change.removesuffix("'s time")]
+        os.utime(lib, ns=(1, os.stat(lib).st_mtime_ns + 1_000_000_000))
+    return path, ()
+
+
+@pytest.mark.parametrize("change", KEY_INPUTS)
+def test_every_input_of_the_key_misses(
+    change: str, in_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    libs = _libs_in(tmp_path, monkeypatch)
     path = in_tmp / "gpulaunch.yaml"
     path.write_text("name: keyed\n")
     _warm_then_hit(path)
-    overrides: tuple[str, ...] = ()
-    if change == "other overrides":
-        overrides = ("launch.gpus=2",)
-    elif change == "other path, same bytes":
-        path = in_tmp / "copy.yaml"
-        path.write_text("name: keyed\n")
-    elif change == "other gpulaunch code":
-        monkeypatch.setattr(configcache, "_CODE", (*configcache._CODE[:-1],))
-    else:
-        import gpulaunch.cpulist
+    assert not _load(path)[1]  # unchanged: still a hit
+    path, overrides = _perturb(change, path, monkeypatch, libs)
+    assert _load(path, overrides)[1], change
 
-        monkeypatch.setattr(gpulaunch.cpulist, "possible_cpus", lambda: 100_000)
-    assert not isinstance(load(path, overrides, write=False), ConfigView)
+
+@pytest.mark.parametrize("module", configcache._CODE)
+def test_every_module_of_the_code_is_in_the_key(
+    module: str, in_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation code edited (in a copy of the package's sources here): a miss."""
+    import shutil
+
+    package = tmp_path / "package"
+    package.mkdir()
+    for name in configcache._CODE:
+        shutil.copy(Path(configcache.__file__).parent / name, package / name)
+    monkeypatch.setattr(configcache, "_PACKAGE", package)
+    path = in_tmp / "gpulaunch.yaml"
+    path.write_text("name: keyed\n")
+    _warm_then_hit(path)
+    with (package / module).open("a") as file:
+        file.write("\n# edited\n")
+    assert _load(path)[1], module
 
 
 def _sealed_entry(path: Path) -> dict[str, Any]:
@@ -288,8 +379,8 @@ def test_a_corrupt_planted_or_unsealed_entry_is_ignored(
         elsewhere.write_text(entry_file.read_text())
         entry_file.unlink()
         entry_file.symlink_to(elsewhere)
-    loaded = load(path, (), write=False)
-    assert not isinstance(loaded, ConfigView) and loaded.launch.gpus == 1
+    loaded, validated = _load(path)
+    assert validated and loaded.launch.gpus == 1
 
 
 def test_the_cli_error_for_an_invalid_config_is_unchanged(in_tmp: Path) -> None:
@@ -331,8 +422,8 @@ def test_a_linked_cache_folder_is_never_written_through(in_tmp: Path, tmp_path: 
     (cache_dir() / "config").symlink_to(elsewhere)
     (in_tmp / "gpulaunch.yaml").write_text("name: linked\n")
     for _ in range(2):  # validated both times: nothing was remembered
-        loaded = load(in_tmp / "gpulaunch.yaml", (), write=True)
-        assert not isinstance(loaded, ConfigView) and loaded.name == "linked"
+        loaded, validated = _load(in_tmp / "gpulaunch.yaml", write=True)
+        assert validated and loaded.name == "linked"
     assert list(elsewhere.iterdir()) == []
 
 
@@ -349,7 +440,7 @@ def test_unreadable_sources_mean_no_cache(in_tmp: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(configcache, "_CODE", ("no-such-module.py",))
     (in_tmp / "gpulaunch.yaml").write_text("name: zipped\n")
     for _ in range(2):
-        assert not isinstance(load(in_tmp / "gpulaunch.yaml", (), write=True), ConfigView)
+        assert _load(in_tmp / "gpulaunch.yaml", write=True)[1]
     assert not cache_dir().exists()
 
 
@@ -363,7 +454,7 @@ def test_unreadable_sources_mean_no_cache(in_tmp: Path, monkeypatch: pytest.Monk
 def test_a_config_holding_a_secret_is_never_cached(text: str, in_tmp: Path) -> None:
     (in_tmp / "gpulaunch.yaml").write_text(text)
     assert CliRunner().invoke(app, ["history"], catch_exceptions=False).exit_code == 0
-    assert not isinstance(load(in_tmp / "gpulaunch.yaml", (), write=True), ConfigView)
+    assert _load(in_tmp / "gpulaunch.yaml", write=True)[1]
     assert not entry_path(in_tmp / "gpulaunch.yaml", ()).exists()
     stored = [p.read_bytes() for p in cache_dir().rglob("*") if p.is_file()]
     assert not any(b"hf_abc123secret" in data for data in stored)

@@ -131,22 +131,27 @@ def test_a_stale_or_broken_validated_copy_means_pydantic(
 def test_every_input_of_the_validated_copy_is_in_its_hash(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The copy names the sha256 of config.py and of every profile and preset text: editing
-    any of them (in a copy of the package here) makes the copy stale."""
+    """The copy names the sha256 of the code that validates and stores it (config.py and the
+    modules it imports, configview.py) and of every profile and preset text: editing any of
+    them (in a copy of the package here) makes the copy stale."""
     import shutil
     import types
 
+    from gpulaunch.configview import VALIDATION_CODE
     from gpulaunch.launch import presets
 
     package = tmp_path / "gpulaunch"
     shutil.copytree(DATA, package / "data")
-    shutil.copy(REPO / "gpulaunch" / "config.py", package / "config.py")
+    for name in VALIDATION_CODE:
+        shutil.copy(REPO / "gpulaunch" / name, package / name)
     fake = types.SimpleNamespace(files=lambda name: package)
     monkeypatch.setattr(presets, "resources", fake)
     before = presets.validated_inputs()
     assert before == json.loads((DATA / "json" / presets.VALIDATED).read_text())["inputs"]
-    edited = [package / "config.py", package / "data" / "nccl_presets.yaml"]
+    edited = [package / name for name in VALIDATION_CODE]
+    edited += [package / "data" / "nccl_presets.yaml"]
     edited += sorted((package / "data" / "profiles").glob("*.yaml"))
+    assert {"config.py", "configview.py", "errors.py", "textcheck.py"} <= {p.name for p in edited}
     for path in edited:
         original = path.read_bytes()
         path.write_bytes(original + b"\n# edited\n")

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, app, echo_err, handle_errors
+from gpulaunch.cli.app import ConfigOpt, app
+from gpulaunch.cli.common import echo_err, handle_errors
 
 profiles_app = typer.Typer(
     help="Launch profiles: list them, or show one resolved with the source of each value.",

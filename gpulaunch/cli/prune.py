@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import ConfigOpt, app, echo_err, handle_errors, load_project, make_engine
+from gpulaunch.cli.app import ConfigOpt, app
+from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine
 
 
 @app.command()
@@ -72,7 +73,7 @@ def prune(
             for warning in loaded.warnings:
                 echo_err(warning)
             since = datetime.now(UTC) - timedelta(days=RECENT_RECORD_DAYS)
-            records = select(loaded.records, None, since)
+            records = [record.to_json() for record in select(loaded.records, None, since)]
     report = prune_images(
         make_engine(),
         project=None if all_projects else project_name,

@@ -17,6 +17,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from gpulaunch.configview import VALIDATION_CODE, decode
+from gpulaunch.engine import nvml
 from gpulaunch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -120,10 +122,12 @@ VALIDATED = "validated.json"  # in gpulaunch/data/json/, written by dev/packaged
 
 
 def validated_inputs() -> str:
-    """The sha256 of what the validated copy is made from: the models (config.py) and every
-    built-in profile and the NCCL presets, by name and text."""
+    """The sha256 of what the validated copy is made from: the code that validates and stores
+    it (configview.VALIDATION_CODE: the models and what they import) and every built-in
+    profile and the NCCL presets, by name and text."""
     root = resources.files("gpulaunch")
-    parts = [("config.py",), ("data", "nccl_presets.yaml")]
+    parts: list[tuple[str, ...]] = [(name,) for name in VALIDATION_CODE]
+    parts.append(("data", "nccl_presets.yaml"))
     folder = root.joinpath("data", "profiles")
     names = sorted(e.name for e in folder.iterdir() if e.name.endswith(".yaml"))
     parts += [("data", "profiles", name) for name in names]
@@ -151,8 +155,6 @@ def _validated_copy() -> dict[str, Any] | None:
 def builtin_specs() -> dict[str, ProfileSpec]:
     """The built-in profiles, validated: from the validated copy (views, no pydantic) when it
     is current and well formed, else through the pydantic models."""
-    from gpulaunch.configview import decode
-
     copy = _validated_copy()
     if copy is not None:
         try:
@@ -328,14 +330,12 @@ def _parse_cc(value: Any) -> tuple[int, int] | None:
 def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:
     """ "nvlink" when NVML reports an active NVLink on any GPU, "pcie" when it reports none,
     None when it cannot tell (no pynvml, no driver, no GPU, or a sysfs fixture is in use)."""
-    from gpulaunch.engine import nvml
-
     with nvml.session(os.environ if env is None else env) as lib:
         if lib is None:
             return None
         try:
             return _nvlink_state(lib)
-        except Exception:
+        except nvml.NvmlError:
             return None
 
 
@@ -351,7 +351,7 @@ def _nvlink_state(lib: Any) -> str | None:
             try:
                 if lib.nvmlDeviceGetNvLinkState(handle, link) == enabled:
                     return "nvlink"
-            except Exception:  # NotSupported / InvalidArgument past the last link
+            except nvml.NvmlError:  # NotSupported / InvalidArgument past the last link
                 break
     return "pcie"
 

@@ -102,13 +102,7 @@ class Explanation:
         return f"cause: {self.cause}; fix: {self.fix}{doc}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "cause": self.cause,
-            "fix": self.fix,
-            "doc": self.doc,
-            "line": self.line,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -417,11 +411,12 @@ def _own_package(root: Path | None, module: str) -> bool:
 def _host(evidence: Evidence) -> Any:
     if evidence.host is not None:
         return evidence.host
+    from gpulaunch.engine.nvml import NvmlError
     from gpulaunch.image.compat import probe
 
     try:
         return probe(evidence.env)
-    except Exception:  # no NVML, a driver that refuses: the generic fix stands
+    except NvmlError:  # no NVML, a driver that refuses: the generic fix stands
         return None
 
 
@@ -522,14 +517,14 @@ def explain_target(
     if is_run_id(target) and not os.path.lexists(path):
         root = project()
         record = load(root, target)
-        if record.get("explanation"):
-            return dict(record["explanation"]), f"run {target}"
+        if record.explanation:
+            return dict(record.explanation), f"run {target}"
         logs = sorted((root / ".gpulaunch" / "logs").glob(f"smoke-*-{target[-6:]}.log"))
         if not logs:
-            return None, f"run {target} (exit {record.get('exit_code')})"
+            return None, f"run {target} (exit {record.exit_code})"
         path = logs[-1]
         text = _read_log(path, target, follow=False)
-        evidence = Evidence(text, record.get("exit_code"), project=root, env=env)
+        evidence = Evidence(text, record.exit_code, project=root, env=env)
     else:
         if not os.path.lexists(path):
             raise ConfigError(f"RUN_ID|LOGFILE: {target!r} is neither a run id nor a file")

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.records.store import parse_time
+from gpulaunch.records.store import RunRecord, parse_time
 
 _RELATIVE = re.compile(r"([0-9]{1,6})([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -43,12 +43,12 @@ class Totals:
 
 
 def select(
-    records: list[dict[str, Any]], limit: int | None = None, since: datetime | None = None
-) -> list[dict[str, Any]]:
+    records: list[RunRecord], limit: int | None = None, since: datetime | None = None
+) -> list[RunRecord]:
     """Newest first; those started at or after `since`; at most `limit`."""
     chosen = []
     for record in records:
-        started = parse_time(record.get("started_at"))
+        started = parse_time(record.started_at)
         if since is not None and (started is None or started < since):
             continue
         chosen.append(record)
@@ -59,12 +59,12 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def totals(records: list[dict[str, Any]]) -> Totals:
-    costs = [r.get("cost") for r in records if isinstance(r.get("cost"), str)]
+def totals(records: list[RunRecord]) -> Totals:
+    costs = [r.cost for r in records if isinstance(r.cost, str)]
     total_cost: Decimal | None = None
     for item in costs:
         try:
-            value = Decimal(str(item))
+            value = Decimal(item)
         except ArithmeticError:
             continue
         if value.is_finite():  # not "Infinity"/"NaN" from a hand-edited file
@@ -72,8 +72,8 @@ def totals(records: list[dict[str, Any]]) -> Totals:
     cost = None if total_cost is None else str(total_cost.quantize(Decimal("0.01")))
     return Totals(
         runs=len(records),
-        duration_s=round(sum(_number(r.get("duration_s")) for r in records), 1),
-        gpu_hours=round(sum(_number(r.get("gpu_hours")) for r in records), 4),
+        duration_s=round(sum(_number(r.duration_s) for r in records), 1),
+        gpu_hours=round(sum(_number(r.gpu_hours) for r in records), 4),
         cost=cost,
     )
 
@@ -87,24 +87,23 @@ def duration_text(seconds: Any) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def row(record: dict[str, Any]) -> dict[str, str]:
+def row(record: RunRecord) -> dict[str, str]:
     """One history line as text (the table); --json prints the records themselves."""
-    image = record.get("image") or {}
-    gpus = record.get("gpus") or {}
-    code = record.get("exit_code")
+    tag = record.image.tag if record.image is not None else None
+    code = record.exit_code
     exit_text = "-" if code is None else str(code)
-    if record.get("signal"):
-        exit_text += f" ({record['signal']})"
-    hours = record.get("gpu_hours")
+    if record.signal:
+        exit_text += f" ({record.signal})"
+    hours = record.gpu_hours
     return {
-        "id": str(record.get("id", "")),
-        "start": str(record.get("started_at") or "-").replace("T", " ")[:19],
-        "state": str(record.get("state", "")),
-        "command": " ".join(str(part) for part in record.get("command") or []),
-        "image": str(image.get("tag") or ("(host)" if record.get("mode") == "host" else "-")),
-        "gpus": str(gpus.get("count") if gpus.get("count") is not None else "?"),
-        "duration": duration_text(record.get("duration_s")),
+        "id": record.id,
+        "start": str(record.started_at or "-").replace("T", " ")[:19],
+        "state": str(record.state),
+        "command": " ".join(str(part) for part in record.command),
+        "image": str(tag or ("(host)" if record.mode == "host" else "-")),
+        "gpus": str(record.gpus.count if record.gpus.count is not None else "?"),
+        "duration": duration_text(record.duration_s),
         "exit": exit_text,
         "gpu_hours": "-" if hours is None else f"{hours:.4f}",
-        "cost": str(record.get("cost") or "-"),
+        "cost": str(record.cost or "-"),
     }

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulaunch.engine.nvml import NvmlError, query, session
+
 MIB = 1024 * 1024
 
 
@@ -59,17 +61,10 @@ class _Stats:
 def _query(nvml: Any, index: int) -> GpuSample:
     """One GPU's numbers; a query the board refuses is None, not an error."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
-
-    def ask(fn: str) -> Any:
-        try:
-            return getattr(nvml, fn)(handle)
-        except Exception:
-            return None
-
     util, memory, power = (
-        ask("nvmlDeviceGetUtilizationRates"),
-        ask("nvmlDeviceGetMemoryInfo"),
-        ask("nvmlDeviceGetPowerUsage"),
+        query(nvml, "nvmlDeviceGetUtilizationRates", handle),
+        query(nvml, "nvmlDeviceGetMemoryInfo", handle),
+        query(nvml, "nvmlDeviceGetPowerUsage", handle),
     )
     return GpuSample(
         index=index,
@@ -105,8 +100,6 @@ class Sampler:
         return samples
 
     def _run(self) -> None:
-        from gpulaunch.engine.nvml import session
-
         started_cpu, started = time.thread_time(), time.monotonic()
         try:
             with session(self.env) as nvml:
@@ -119,7 +112,7 @@ class Sampler:
                         self.on_sample(samples)
                     if self._stop.wait(self.interval):
                         break
-        except Exception:
+        except NvmlError:
             return  # metrics are a convenience: a failing driver never fails the job
         finally:
             self.cpu_s = time.thread_time() - started_cpu

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import GpulaunchError
 from gpulaunch.records.record import complete
 from gpulaunch.records.store import (
+    RunRecord,
     Warn,
     is_run_id,
     iso,
@@ -32,11 +32,11 @@ from gpulaunch.records.store import (
 WORKSPACE = "/workspace"
 
 
-def _launcher_alive(record: dict[str, Any]) -> bool:
+def _launcher_alive(record: RunRecord) -> bool:
     """The gpulaunch process that wrote the record still runs (on this host)."""
-    launcher = record.get("launcher") or {}
-    pid = launcher.get("pid")
-    if launcher.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+    launcher = record.launcher
+    pid = launcher.pid
+    if launcher.host != os.uname().nodename or not isinstance(pid, int) or pid <= 0:
         return False
     if pid == os.getpid():
         return True
@@ -46,7 +46,7 @@ def _launcher_alive(record: dict[str, Any]) -> bool:
         return False
     except PermissionError:
         return True
-    started = launcher.get("started")
+    started = launcher.started
     if isinstance(started, int) and not isinstance(started, bool):
         now = process_start(pid)  # a recycled pid started later: not our launcher
         if now is not None:
@@ -58,7 +58,7 @@ def _launcher_alive(record: dict[str, Any]) -> bool:
     return b"gpulaunch" in cmdline
 
 
-def complete_from_container(record: dict[str, Any], container: Any) -> bool:
+def complete_from_container(record: RunRecord, container: Any) -> bool:
     """Complete `record` from an exited container's state; False while it still runs."""
     attrs = getattr(container, "attrs", None) or {}
     state = attrs.get("State") or {}
@@ -66,49 +66,49 @@ def complete_from_container(record: dict[str, Any], container: Any) -> bool:
         return False
     started, finished = parse_time(state.get("StartedAt")), parse_time(state.get("FinishedAt"))
     if started is not None and finished is not None:
-        record["duration_s"] = round(max(0.0, (finished - started).total_seconds()), 1)
+        record.duration_s = round(max(0.0, (finished - started).total_seconds()), 1)
     code = state.get("ExitCode")
     restarts = attrs.get("RestartCount")
-    if isinstance(restarts, int) and restarts and isinstance(record.get("restarts"), dict):
-        record["restarts"]["count"] = restarts
+    if isinstance(restarts, int) and restarts:
+        record.restarts.count = restarts
     ended = iso(finished) if finished is not None else None
     complete(record, code if isinstance(code, int) else None, ended or "")
     if ended is None:
-        record["ended_at"] = None
-    if record["state"] == "running":  # no exit code from the engine
-        record["state"] = "lost"
+        record.ended_at = None
+    if record.state == "running":  # no exit code from the engine
+        record.state = "lost"
     return True
 
 
-def reconcile(project: Path, engine: Any, warn: Warn) -> list[dict[str, Any]]:
+def reconcile(project: Path, engine: Any, warn: Warn) -> list[RunRecord]:
     """Every record of `project` (newest first), running ones checked against the engine."""
     loaded = load_all(project)
     for message in loaded.warnings:
         warn(message)
     for record in loaded.records:
-        if record.get("state") != "running":
+        if record.state != "running":
             continue
-        if _launcher_alive(record) and not record.get("detached"):
+        if _launcher_alive(record) and not record.detached:
             continue  # its launcher will complete it
         try:
             _reconcile_one(project, record, engine, warn)
         except GpulaunchError as err:
-            warn(f"warning: run {record.get('id')}: cannot check its container: {err.message}")
+            warn(f"warning: run {record.id}: cannot check its container: {err.message}")
             return loaded.records  # the engine is not answering: leave the rest as they are
     return loaded.records
 
 
-def _reconcile_one(project: Path, record: dict[str, Any], engine: Any, warn: Warn) -> None:
-    if record.get("mode") == "host":
-        record["state"] = "lost"  # its launcher is gone, and with it the process tree
+def _reconcile_one(project: Path, record: RunRecord, engine: Any, warn: Warn) -> None:
+    if record.mode == "host":
+        record.state = "lost"  # its launcher is gone, and with it the process tree
         save(project, record, warn)
         return
-    name = record.get("container")
-    container = engine.find_leftover(name, record["id"]) if isinstance(name, str) else None
+    name = record.container
+    container = engine.find_leftover(name, record.id) if isinstance(name, str) else None
     if container is None:
-        record["state"] = "lost"
+        record.state = "lost"
     else:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(GpulaunchError):
             container.reload()
         if not complete_from_container(record, container):
             return
@@ -136,9 +136,9 @@ def finish_container(container: Any, run_id: str | None, warn: Warn) -> None:
     except ValueError as err:
         warn(f"warning: skipped {path}: {err}")
         return
-    if record.get("state") != "running":
+    if record.state != "running":
         return
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(GpulaunchError):
         container.reload()
     if complete_from_container(record, container):
         save(project, record, warn)

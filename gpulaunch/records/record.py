@@ -11,17 +11,20 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
-from pathlib import Path
 from typing import Any
 
 from gpulaunch import __version__
+from gpulaunch.errors import GpulaunchError
 from gpulaunch.masking import mask_data, mask_env
 from gpulaunch.records.store import (
-    SCHEMA_VERSION,
+    Gpus,
+    Image,
+    Launcher,
+    Restarts,
+    RunRecord,
     Warn,
     parse_time,
     process_start,
@@ -63,29 +66,9 @@ def state_of(code: int | None) -> str:
     return "terminated" if signal_name(code) else "failed"
 
 
-def gpu_indices(gpus: int | str, host_count: int | None) -> list[int] | None:
-    """Which GPUs a request means (docker's count=N takes the first N), None when unknown."""
-    if isinstance(gpus, int):
-        return list(range(gpus))
-    if gpus == "all":
-        return None if host_count is None else list(range(host_count))
-    if all(part.isdigit() for part in gpus.split(",")):
-        return [int(part) for part in gpus.split(",")]
-    return None  # UUIDs: the count is still known
-
-
-def gpu_count(gpus: int | str, indices: list[int] | None) -> int | None:
-    if indices is not None:
-        return len(indices)
-    if isinstance(gpus, str) and gpus != "all":
-        return len(gpus.split(","))
-    return None
-
-
 def _engine_is_here(env: dict[str, str]) -> bool:
     """Whether the engine runs on this machine (its address as the engine seam reads it)."""
     from gpulaunch.engine.docker_api import engine_address, is_remote
-    from gpulaunch.errors import GpulaunchError
 
     try:
         return not is_remote(engine_address(env))
@@ -118,7 +101,7 @@ def _gpu_devices(indices: list[int] | None, env: dict[str, str]) -> tuple[int | 
                     }
                 )
             return count, devices
-    except (NvmlError, AttributeError):
+    except NvmlError:
         return None, []
 
 
@@ -136,21 +119,17 @@ def cost(hours: float | None, price: str | None) -> str | None:
     return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
-def complete(record: dict[str, Any], code: int | None, ended: str, state: str = "") -> None:
+def complete(record: RunRecord, code: int | None, ended: str, state: str = "") -> None:
     """Fill the end of a record: exit code or signal, duration, GPU-hours and cost."""
-    record["exit_code"] = code
-    record["signal"] = signal_name(code)
-    record["state"] = state or state_of(code)
-    record["ended_at"] = ended
-    start, end = parse_time(record.get("started_at")), parse_time(ended)
-    seconds = None
-    if start is not None and end is not None:
-        seconds = max(0.0, (end - start).total_seconds())
-    if record.get("duration_s") is None:
-        record["duration_s"] = None if seconds is None else round(seconds, 1)
-    hours = gpu_hours((record.get("gpus") or {}).get("count"), record["duration_s"])
-    record["gpu_hours"] = hours
-    record["cost"] = cost(hours, record.get("price_per_gpu_hour"))
+    record.exit_code = code
+    record.signal = signal_name(code)
+    record.state = state or state_of(code)
+    record.ended_at = ended
+    start, end = parse_time(record.started_at), parse_time(ended)
+    if record.duration_s is None and start is not None and end is not None:
+        record.duration_s = round(max(0.0, (end - start).total_seconds()), 1)
+    record.gpu_hours = gpu_hours(record.gpus.count, record.duration_s)
+    record.cost = cost(record.gpu_hours, record.price_per_gpu_hour)
 
 
 def _options(opts: Any) -> dict[str, Any]:
@@ -161,13 +140,7 @@ def _options(opts: Any) -> dict[str, Any]:
     return masked if isinstance(masked, dict) else {}
 
 
-def _git(project: Path) -> dict[str, Any] | None:
-    from gpulaunch.outside.git import git_state
-
-    return git_state(project)
-
-
-def _image(job: Any) -> dict[str, Any] | None:
+def _image(job: Any) -> Image | None:
     build = getattr(job, "build", None)
     if build is None:
         return None
@@ -178,73 +151,65 @@ def _image(job: Any) -> dict[str, Any] | None:
     digest = getattr(build, "dockerfile_sha256", None)  # a rerun reuses the recorded image
     if digest is None and build.dockerfile:
         digest = hashlib.sha256(build.dockerfile.encode()).hexdigest()
-    return {
-        "tag": build.tag,
-        "id": image_id or getattr(build, "image_id", None),
-        "dockerfile_sha256": digest,
-        "builder": build.builder,
-        "cached": bool(build.cached),
-        "versions": versions or dict(getattr(build, "versions", None) or {}),
-    }
+    return Image(
+        tag=build.tag,
+        id=image_id or getattr(build, "image_id", None),
+        dockerfile_sha256=digest,
+        builder=build.builder,
+        cached=bool(build.cached),
+        versions=versions or dict(getattr(build, "versions", None) or {}),
+    )
 
 
-def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> dict[str, Any]:
+def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> RunRecord:
     """A record in state `running` for a job that has just started."""
+    from gpulaunch.outside.git import git_state
+
     spec, plan = job.spec, job.plan
     run = plan.run
-    indices = gpu_indices(run.gpus, None)
+    request = run.gpu_request
     here = plan.host_mode or _engine_is_here(env)
-    asks = run.gpus not in (0, "0") and here  # a remote engine's GPUs are not this machine's
-    host_count, devices = _gpu_devices(indices, env) if asks else (None, [])
-    if run.gpus == "all" and host_count is not None:
-        indices = list(range(host_count))
+    asks = not request.none and here  # a remote engine's GPUs are not this machine's
+    host_count, devices = _gpu_devices(request.indices(None), env) if asks else (None, [])
     container = getattr(job, "container", None)
     cfg = spec.cfg
     config = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else {}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "id": run.run_id,
-        "kind": kind,
-        "state": "running",
-        "gpulaunch_version": __version__,
-        "started_at": utc_now(),
-        "ended_at": None,
-        "duration_s": None,
-        "mode": "host" if plan.host_mode else "container",
-        "detached": bool(getattr(spec.opts, "detach", False)),
-        "project": str(spec.project),
-        "project_name": getattr(cfg, "name", ""),
-        "cwd": str(spec.cwd),
-        "config_file": None if spec.config_file is None else str(spec.config_file),
-        "command": list(mask_data(list(run.command))),  # type: ignore[call-overload]
-        "options": _options(spec.opts),
-        "git": _git(spec.project),
-        "image": _image(job),
-        "config": mask_data(config),
-        "profile": plan.launch.profile,
-        "env": mask_env(run.env),
-        "gpus": {
-            "request": run.gpus,
-            "count": 0 if run.gpus in (0, "0") else gpu_count(run.gpus, indices),
-            "indices": [] if run.gpus in (0, "0") else indices,
-            "devices": devices,
-        },
-        "nproc": run.nproc,
-        "container": None if container is None else str(getattr(container, "name", run.name)),
-        "launcher": {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": process_start(os.getpid()),  # tells a recycled pid from this one
-        },
-        "exit_code": None,
-        "signal": None,
-        "restarts": {"max": getattr(plan, "restarts", 0), "count": 0, "attempts": []},
-        "checkpoint_dir": getattr(plan, "checkpoint_dir", None),
-        "stop_grace_s": run.stop_timeout,
-        "price_per_gpu_hour": price,
-        "gpu_hours": None,
-        "cost": None,
-    }
+    return RunRecord(
+        id=run.run_id,
+        kind=kind,
+        gpulaunch_version=__version__,
+        started_at=utc_now(),
+        mode="host" if plan.host_mode else "container",
+        detached=bool(getattr(spec.opts, "detach", False)),
+        project=str(spec.project),
+        project_name=getattr(cfg, "name", ""),
+        cwd=str(spec.cwd),
+        config_file=None if spec.config_file is None else str(spec.config_file),
+        command=list(mask_data(list(run.command))),  # type: ignore[call-overload]
+        options=_options(spec.opts),
+        git=git_state(spec.project),
+        image=_image(job),
+        config=mask_data(config),  # type: ignore[arg-type]
+        profile=plan.launch.profile,
+        env=mask_env(run.env),
+        gpus=Gpus(
+            request=run.gpus,
+            count=request.count(host_count),
+            indices=request.indices(host_count),
+            devices=devices,
+        ),
+        nproc=run.nproc,
+        container=None if container is None else str(getattr(container, "name", run.name)),
+        launcher=Launcher(
+            pid=os.getpid(),
+            host=os.uname().nodename,  # socket.gethostname() without socket
+            started=process_start(os.getpid()),  # tells a recycled pid from this one
+        ),
+        restarts=Restarts(max=getattr(plan, "restarts", 0)),
+        checkpoint_dir=getattr(plan, "checkpoint_dir", None),
+        stop_grace_s=run.stop_timeout,
+        price_per_gpu_hour=price,
+    )
 
 
 def _quiet(_message: str) -> None:
@@ -275,7 +240,7 @@ class RunRecorder:
         self.metrics = metrics
         self.on_sample = on_sample
         self.interval = interval
-        self.record: dict[str, Any] | None = None
+        self.record: RunRecord | None = None
         self.sampler: Any = None
         self._t0 = 0.0
         self._unwritten = False  # the start's save failed and said so: the end's says nothing
@@ -285,20 +250,19 @@ class RunRecorder:
         price = self.price or getattr(job.spec.cfg.launch, "price_per_gpu_hour", None)
         try:
             self.record = new_record(job, self.kind, price, dict(os.environ))
-            if self.rerun_of:
-                self.record["rerun_of"] = self.rerun_of
-        except Exception as err:  # a record is never a reason for a job to fail
-            self.warn(f"warning: run record not written: {type(err).__name__}: {err}")
+            self.record.rerun_of = self.rerun_of
+        except (GpulaunchError, OSError) as err:  # a record is never a reason for a job to fail
+            self.warn(f"warning: run record not written: {err}")
             return
         self._unwritten = not save(job.spec.project, self.record, self.warn)
         self._start_sampler(self.record)
 
-    def _start_sampler(self, record: dict[str, Any]) -> None:
+    def _start_sampler(self, record: RunRecord) -> None:
         """Attached GPU runs only: nobody watches a detached one, CPU runs have no GPUs, and
         the GPUs of a remote engine (no devices recorded) cannot be sampled from here."""
-        indices = record["gpus"]["indices"]
-        remote = record["mode"] == "container" and not _engine_is_here(dict(os.environ))
-        if not self.metrics or record["detached"] or not indices or remote:
+        indices = record.gpus.indices
+        remote = record.mode == "container" and not _engine_is_here(dict(os.environ))
+        if not self.metrics or record.detached or not indices or remote:
             return
         from gpulaunch.records.metrics import Sampler
 
@@ -312,14 +276,13 @@ class RunRecorder:
         record = self.record
         if record is None:
             return
-        if summary is not None:
-            record["gpu_metrics"] = summary
+        record.gpu_metrics = summary
         attempts = list(getattr(job, "attempts", []) or [])
-        record["restarts"]["attempts"] = attempts
-        record["restarts"]["count"] = max(0, len(attempts) - 1)
-        record["duration_s"] = round(time.monotonic() - self._t0, 1)
+        record.restarts.attempts = attempts
+        record.restarts.count = max(0, len(attempts) - 1)
+        record.duration_s = round(time.monotonic() - self._t0, 1)
         explanation = getattr(job, "explanation", None)
         if explanation is not None:  # data-file text and a masked line: no raw output
-            record["explanation"] = explanation.to_json()
+            record.explanation = explanation.to_json()
         complete(record, job.code, utc_now())
         save(job.spec.project, record, _quiet if self._unwritten else self.warn)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.records.store import save
+from gpulaunch.records.store import RunRecord, save
 from tests.hostile.conftest import MINIMAL_CONFIG, Hostile
 
 UNSAFE = "--allow-unsafe-mounts"
@@ -225,7 +225,7 @@ def test_a_project_that_holds_the_state_or_cache_folder_is_refused(
 
 def _sealed_history(hostile: Hostile) -> Path:
     record = {"schema_version": 1, "id": "20261205-101500-a1b2c3", "status": "exited"}
-    assert save(hostile.project, record, lambda message: None)
+    assert save(hostile.project, RunRecord.from_json(record), lambda message: None)
     return Path(os.environ["GPULAUNCH_STATE_DIR"]) / "record-key"
 
 

@@ -142,6 +142,7 @@ def test_a_recorded_image_id_must_be_one(image_id: str) -> None:
     """`rerun` hands the record's image id to the engine: an id, never a name or a flag."""
     from gpulaunch.errors import ConfigError
     from gpulaunch.jobs.rerun import reuse_image
+    from gpulaunch.records.store import RunRecord
 
     class Engine:
         def image_exists(self, ref: str) -> bool:
@@ -149,7 +150,7 @@ def test_a_recorded_image_id_must_be_one(image_id: str) -> None:
 
     record = {"id": "20261203-201500-a1b2c3", "mode": "container", "image": {"id": image_id}}
     with pytest.raises(ConfigError, match=r"image\.id"):
-        reuse_image(object(), record, Engine())
+        reuse_image(object(), RunRecord.from_json(record), Engine())
 
 
 def test_no_record_key_is_a_warning_and_the_job_runs(hostile: Hostile) -> None:

@@ -7,8 +7,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fake_nvml import FakeNvml
 
+from gpulaunch.engine.nvml import Nvml
 from gpulaunch.launch.plan import RunOptions
 from gpulaunch.records import metrics, record
 from gpulaunch.records.metrics import GpuSample, Sampler
@@ -34,7 +36,7 @@ def test_summary_from_a_time_series(fake_nvml: FakeNvml) -> None:
     for tick in range(3):
         fake_nvml.tick = tick
         now[0] = tick * 2.0
-        sampler.sample(fake_nvml)
+        sampler.sample(Nvml(fake_nvml))  # what the NVML session lends
     summary = sampler.summary()
     assert summary is not None
     gpu0, gpu1 = summary["gpus"]
@@ -48,12 +50,27 @@ def test_summary_from_a_time_series(fake_nvml: FakeNvml) -> None:
 
 def test_unsupported_queries_are_left_out(fake_nvml: FakeNvml) -> None:
     fake_nvml.failing = {"nvmlDeviceGetPowerUsage"}
+    fake_nvml.missing = {"nvmlDeviceGetUtilizationRates"}  # older bindings lack it
     sampler = Sampler({}, [0], clock=lambda: 1.0)
-    (sample,) = sampler.sample(fake_nvml)
-    assert sample.power_w is None and sample.utilization == 0
+    (sample,) = sampler.sample(Nvml(fake_nvml))
+    assert sample.power_w is None and sample.utilization is None
+    assert sample.memory_total == 80 * GIB
     summary = sampler.summary()
     assert summary is not None
     assert summary["gpus"][0]["energy_wh"] is None and summary["gpus"][0]["peak_power_w"] is None
+
+
+def test_an_error_that_is_not_nvmls_is_not_hidden(
+    fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sampler catches what NVML's seam raises (NvmlError), not a fault of its own."""
+
+    def broken(_handle: Any) -> Any:
+        raise ZeroDivisionError("a bug, not a refused query")
+
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetPowerUsage", broken, raising=False)
+    with pytest.raises(ZeroDivisionError):
+        Sampler({}, [0], clock=lambda: 1.0).sample(Nvml(fake_nvml))
 
 
 def test_thread_samples_until_stopped_and_measures_itself(fake_nvml: FakeNvml) -> None:
@@ -99,7 +116,8 @@ def test_attached_gpu_run_records_metrics(tmp_path: Path, fake_nvml: FakeNvml) -
     recorder.finished(job)
     assert shown and [s.index for s in shown[0]] == [0, 1]
     assert recorder.record is not None
-    gpus = recorder.record["gpu_metrics"]["gpus"]
+    assert recorder.record.gpu_metrics is not None
+    gpus = recorder.record.gpu_metrics["gpus"]
     assert [g["index"] for g in gpus] == [0, 1]
     assert gpus[0]["memory_total_mib"] == 80 * 1024
 
@@ -111,7 +129,8 @@ def test_detached_and_cpu_runs_are_not_sampled(tmp_path: Path, fake_nvml: FakeNv
         assert recorder.sampler is None
         job.code = 0
         recorder.finished(job)
-        assert recorder.record is not None and "gpu_metrics" not in recorder.record
+        assert recorder.record is not None and recorder.record.gpu_metrics is None
+        assert "gpu_metrics" not in recorder.record.to_json()
 
 
 def test_status_line_keeps_job_output_off_it() -> None:

@@ -19,6 +19,7 @@ from gpulaunch.engine.runspec import RunPlan
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.launch.plan import RunOptions
 from gpulaunch.records import history, reconcile, record, store
+from gpulaunch.records.seal import seal
 
 RUN_ID = "20261203-201500-a1b2c3"
 
@@ -109,11 +110,11 @@ def test_gpu_hours_and_cost() -> None:
     assert record.cost(6.0, "2.49") == "14.94"
     assert record.cost(0.0001, "2.49") == "0.00"
     assert record.cost(1.0, None) is None and record.gpu_hours(None, 10) is None
-    rec = {"started_at": "2026-12-03T10:00:00Z", "gpus": {"count": 2},
-           "price_per_gpu_hour": "3", "duration_s": None}  # fmt: skip
+    rec = store.RunRecord(RUN_ID, started_at="2026-12-03T10:00:00Z",
+                          gpus=store.Gpus(count=2), price_per_gpu_hour="3")  # fmt: skip
     record.complete(rec, 143, "2026-12-03T11:30:00Z")
-    assert rec["duration_s"] == 5400.0 and rec["gpu_hours"] == 3.0 and rec["cost"] == "9.00"
-    assert rec["state"] == "terminated" and rec["signal"] == "SIGTERM"
+    assert rec.duration_s == 5400.0 and rec.gpu_hours == 3.0 and rec.cost == "9.00"
+    assert rec.state == "terminated" and rec.signal == "SIGTERM"
 
 
 @pytest.mark.parametrize(
@@ -184,11 +185,14 @@ def test_git_state(tmp_path: Path) -> None:
 
 
 # -- storage -----------------------------------------------------------------------------
-def _save(project: Path, run_id: str, **fields: Any) -> dict[str, Any]:
+def _save(project: Path, run_id: str, **fields: Any) -> store.RunRecord:
+    """A record of an earlier, smaller layout (only these fields), as written."""
     data = {"schema_version": 1, "id": run_id, "state": "succeeded",
             "started_at": "2026-12-03T10:00:00Z"} | fields  # fmt: skip
-    assert store.save(project, data, pytest.fail)
-    return data
+    path = store.record_path(project, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(seal(data)))
+    return store.RunRecord.from_json(data)
 
 
 def test_corrupt_foreign_and_future_records_are_skipped(tmp_path: Path) -> None:
@@ -201,7 +205,7 @@ def test_corrupt_foreign_and_future_records_are_skipped(tmp_path: Path) -> None:
     (runs / "20261203-201503-000000.json").write_text("[1, 2]")
     (runs / "notes.txt").write_text("ignored")
     loaded = store.load_all(tmp_path)
-    assert loaded.records == [good]
+    assert [r.to_json() for r in loaded.records] == [good.to_json()]
     assert len(loaded.warnings) == 3
     assert any("schema_version 99 is newer" in w for w in loaded.warnings)
     assert any("not valid JSON" in w for w in loaded.warnings)
@@ -258,31 +262,31 @@ def test_reconcile_completes_exited_keeps_running_and_marks_gone_lost(tmp_path: 
         f"gl-x-{running}": FakeContainer({"Running": True, "Status": "running"}),
     })  # fmt: skip
     warnings: list[str] = []
-    records = {r["id"]: r for r in reconcile.reconcile(tmp_path, engine, warnings.append)}
+    records = {r.id: r for r in reconcile.reconcile(tmp_path, engine, warnings.append)}
     assert warnings == []
-    assert records[exited]["state"] == "terminated" and records[exited]["signal"] == "SIGKILL"
-    assert records[exited]["exit_code"] == 137 and records[exited]["gpu_hours"] == 2.0
-    assert records[exited]["ended_at"] == "2026-12-03T11:00:00.500Z"
-    assert records[running]["state"] == "running"
-    assert records[gone]["state"] == "lost"
-    on_disk = {r["id"]: r["state"] for r in store.load_all(tmp_path).records}
+    assert records[exited].state == "terminated" and records[exited].signal == "SIGKILL"
+    assert records[exited].exit_code == 137 and records[exited].gpu_hours == 2.0
+    assert records[exited].ended_at == "2026-12-03T11:00:00.500Z"
+    assert records[running].state == "running"
+    assert records[gone].state == "lost"
+    on_disk = {r.id: r.state for r in store.load_all(tmp_path).records}
     assert on_disk == {exited: "terminated", running: "running", gone: "lost"}
 
 
 def test_reconcile_leaves_a_live_attached_launcher_alone(tmp_path: Path) -> None:
     _running(tmp_path, RUN_ID, detached=False)
     records = reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)
-    assert records[0]["state"] == "running"
+    assert records[0].state == "running"
     # the same record from a launcher that is gone (another host's pid) is checked
     _running(tmp_path, RUN_ID, detached=False, launcher={"pid": 1, "host": "elsewhere"})
-    assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0]["state"] == "lost"
+    assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0].state == "lost"
 
 
 def test_reconcile_without_an_engine_warns_and_changes_nothing(tmp_path: Path) -> None:
     _running(tmp_path, RUN_ID)
     warnings: list[str] = []
     records = reconcile.reconcile(tmp_path, FakeEngine({}, fail=True), warnings.append)
-    assert records[0]["state"] == "running"
+    assert records[0].state == "running"
     assert warnings == [f"warning: run {RUN_ID}: cannot check its container: "
                         "cannot reach the Docker engine"]  # fmt: skip
 
@@ -290,7 +294,7 @@ def test_reconcile_without_an_engine_warns_and_changes_nothing(tmp_path: Path) -
 def test_host_record_of_a_dead_launcher_is_lost(tmp_path: Path) -> None:
     _running(tmp_path, RUN_ID, mode="host", detached=False,
              launcher={"pid": 2**22 + 7, "host": socket.gethostname()})  # fmt: skip
-    assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0]["state"] == "lost"
+    assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0].state == "lost"
 
 
 def test_a_recycled_launcher_pid_is_not_the_launcher(tmp_path: Path) -> None:
@@ -303,11 +307,11 @@ def test_a_recycled_launcher_pid_is_not_the_launcher(tmp_path: Path) -> None:
             host = socket.gethostname()
             _running(tmp_path, RUN_ID, mode="host", detached=False,
                      launcher={"pid": other.pid, "host": host, "started": started - 1})  # fmt: skip
-            assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0]["state"] == "lost"
+            assert reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)[0].state == "lost"
             _running(tmp_path, RUN_ID, mode="host", detached=False,
                      launcher={"pid": other.pid, "host": host, "started": started})  # fmt: skip
             records = reconcile.reconcile(tmp_path, FakeEngine({}), pytest.fail)
-            assert records[0]["state"] == "running"  # the same process: still its launcher
+            assert records[0].state == "running"  # the same process: still its launcher
         finally:
             other.kill()
 
@@ -320,8 +324,8 @@ def test_finish_container_uses_the_workspace_mount(tmp_path: Path) -> None:
     container.attrs["Mounts"] = [{"Destination": "/workspace", "Source": str(tmp_path)}]
     reconcile.finish_container(container, RUN_ID, pytest.fail)
     data = store.load(tmp_path, RUN_ID)
-    assert data["state"] == "succeeded" and data["duration_s"] == 1800.0
-    assert data["restarts"]["count"] == 2 and container.reloads == 1
+    assert data.state == "succeeded" and data.duration_s == 1800.0
+    assert data.restarts.count == 2 and container.reloads == 1
 
 
 # -- history -----------------------------------------------------------------------------
@@ -338,23 +342,61 @@ def test_since_forms() -> None:
 
 def test_select_and_totals() -> None:
     runs = [
-        {"id": "c", "started_at": "2026-12-03T10:00:00Z", "duration_s": 60.0,
-         "gpu_hours": 0.5, "cost": "1.25"},
-        {"id": "b", "started_at": "2026-12-02T10:00:00Z", "duration_s": 30.0,
-         "gpu_hours": 0.25, "cost": None},
-        {"id": "a", "started_at": "2026-12-01T10:00:00Z", "duration_s": None,
-         "gpu_hours": None, "cost": "2.00"},
+        store.RunRecord("c", started_at="2026-12-03T10:00:00Z", duration_s=60.0,
+                        gpu_hours=0.5, cost="1.25"),
+        store.RunRecord("b", started_at="2026-12-02T10:00:00Z", duration_s=30.0,
+                        gpu_hours=0.25, cost=None),
+        store.RunRecord("a", started_at="2026-12-01T10:00:00Z", duration_s=None,
+                        gpu_hours=None, cost="2.00"),
     ]  # fmt: skip
-    assert [r["id"] for r in history.select(runs, 2)] == ["c", "b"]
+    assert [r.id for r in history.select(runs, 2)] == ["c", "b"]
     since = datetime(2026, 12, 2, tzinfo=UTC)
-    assert [r["id"] for r in history.select(runs, None, since)] == ["c", "b"]
+    assert [r.id for r in history.select(runs, None, since)] == ["c", "b"]
     total = history.totals(runs)
     assert (total.runs, total.duration_s, total.gpu_hours, total.cost) == (3, 90.0, 0.75, "3.25")
     assert history.totals(runs[1:2]).cost is None
-    assert history.row(runs[0] | {"exit_code": 143, "signal": "SIGTERM"})["exit"] == "143 (SIGTERM)"
+    runs[0].exit_code, runs[0].signal = 143, "SIGTERM"
+    assert history.row(runs[0])["exit"] == "143 (SIGTERM)"
 
 
 def test_totals_skip_costs_that_are_not_finite_numbers() -> None:
-    records: list[dict[str, Any]] = [{"cost": "Infinity"}, {"cost": "NaN"}, {"cost": "1.50"}]
-    records += [{"cost": "x"}, {"cost": "0.25"}]
+    costs = ["Infinity", "NaN", "1.50", "x", "0.25"]  # hand-edited (and resealed) files
+    records = [store.RunRecord(RUN_ID, cost=cost) for cost in costs]
     assert history.totals(records).cost == "1.75"
+
+
+# -- the record type -----------------------------------------------------------------------
+def test_a_record_reads_back_exactly_as_written(tmp_path: Path, fake_nvml: FakeNvml) -> None:
+    """RunRecord is the one place a record meets JSON: what `run` writes reads back into the
+    same fields and writes out the same JSON."""
+    container = SimpleNamespace(name=f"gl-demo-{RUN_ID}", attrs={"Image": "sha256:" + "ab" * 32})
+    job = _job(tmp_path, gpus=2, container=container, build=_build())
+    recorder = record.RunRecorder(lambda _m: None, rerun_of="20261203-201400-000000")
+    recorder.started(job)
+    job.code = 0
+    recorder.finished(job)
+    written = _read(tmp_path)
+    loaded = store.load(tmp_path, RUN_ID)
+    assert recorder.record is not None
+    assert loaded.to_json() == recorder.record.to_json()
+    assert loaded.to_json() == {k: v for k, v in written.items() if k != "seal"}
+    assert loaded.image is not None and loaded.image.tag == "demo:gl-abc"
+    assert (loaded.gpus.count, loaded.gpus.indices) == (2, [0, 1])
+    assert loaded.launcher.pid == os.getpid() and loaded.rerun_of == "20261203-201400-000000"
+
+
+def test_an_older_layout_reads_with_defaults_and_keeps_what_it_does_not_know() -> None:
+    data = {"schema_version": 1, "id": RUN_ID, "state": "succeeded", "note": {"x": 1},
+            "launcher": {"pid": 7, "host": "h"}, "image": {"tag": "t", "digest": "d"}}  # fmt: skip
+    rec = store.RunRecord.from_json(data)
+    assert rec.launcher.started is None and rec.gpus.count is None and rec.command == []
+    assert rec.restarts.count == 0 and rec.mode == "container" and rec.explanation is None
+    out = rec.to_json()
+    assert out["note"] == {"x": 1} and out["image"]["digest"] == "d"  # kept as read
+    assert "explanation" not in out and out["launcher"] == {"pid": 7, "host": "h", "started": None}
+    nulls = store.RunRecord.from_json(data | {"gpus": None, "command": None, "image": None})
+    assert nulls.gpus.count is None and nulls.command == [] and nulls.image is None
+    assert history.row(nulls)["command"] == "" and history.row(nulls)["gpus"] == "?"
+    for field in ("image", "gpus", "launcher", "restarts"):
+        with pytest.raises(ValueError, match=f"^not a run record \\({field} is not a JSON object"):
+            store.RunRecord.from_json(data | {field: [1]})
