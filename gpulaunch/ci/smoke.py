@@ -1,6 +1,6 @@
 """`gpulaunch smoke`: a short run of the job for CI, with a timeout and a result to report.
 
-The run itself is `jobs.execute` (plan, build, run attached) with three additions: the
+The run itself is `jobs.execute` (plan, then `start_job`) with three additions: the
 smoke variables in the job's environment (GPULAUNCH_SMOKE=1, GPULAUNCH_SMOKE_STEPS=N),
 `--gpus auto` (every GPU when the engine has the NVIDIA runtime and NVML sees GPUs, else the
 CPU), and a clock that stops the container when the timeout expires. The job's output is
@@ -27,8 +27,7 @@ from typing import Any, BinaryIO, TextIO, cast
 from gpulaunch.ci.gpus import choose_gpus
 from gpulaunch.engine.supervise import StopRequest
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
-from gpulaunch.jobs.execute import Job, JobIO, JobSpec, Observer, build_image, plan_job
-from gpulaunch.jobs.execute import run_attached as _run_attached
+from gpulaunch.jobs.execute import Job, JobIO, JobSpec, Observer, Start, plan_job, start_job
 from gpulaunch.masking import mask
 
 SMOKE_ENV = "GPULAUNCH_SMOKE"
@@ -257,7 +256,7 @@ def _import_check(spec: JobSpec, opts: SmokeOptions) -> None:
     FILE / -m MODULE of `-- python ...` or `-- torchrun ...`): the same image, mounts and
     environment, no training."""
     from gpulaunch.project.imports import load_table, walk
-    from gpulaunch.project.layout import import_paths
+    from gpulaunch.project.pythonpath import import_paths
 
     run = spec.opts
     project = spec.project
@@ -343,8 +342,8 @@ def run_smoke(
     clock = _Clock(opts.timeout)
     began = time.monotonic()
     log.write(f"# gpulaunch smoke of {result.project}: {result.command}\n")
-    try:
-        build_image(job, engine, tee_io)
+
+    def ready(job: Job, engine: Any) -> None:  # the image is there: pick the GPUs, re-plan
         result.image = job.plan.run.image
         result.versions = _versions(job.build)
         if opts.gpus == "auto" or opts.require_gpu:
@@ -353,17 +352,18 @@ def run_smoke(
             if notice:
                 say(f"smoke: {notice}; CPU fallback: --gpus 0 (--require-gpu makes this fail)")
             if opts.gpus == "auto" and gpus != "0":
-                build = job.build
                 spec.opts.gpus = gpus
-                job = plan_job(spec, job.plan.run.image)  # the GPU plan: NCCL, NUMA, nproc
-                job.build = build
+                job.plan = plan_job(spec, job.plan.run.image).plan  # the GPU plan: NCCL, NUMA
         result.gpus = str(job.plan.run.gpus)
         result.profile = str(job.plan.launch.profile)
         for warning in job.plan.launch.warnings:
             say(f"warning: {warning}")
         if opts.grace is not None:
             job.plan.run.stop_timeout = opts.grace
-        code = _run_attached(job, engine, tee_io, [clock, *observers], stop=clock.stop)
+
+    try:
+        how = Start(ready=ready, stop=clock.stop)
+        code = start_job(job, tee_io, lambda: engine, [clock, *observers], how).code or 0
         for stream in streams:
             stream.close_line()
         result.job_code = code

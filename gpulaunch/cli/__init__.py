@@ -1,4 +1,5 @@
-"""The command line: the typer app (`app.py`: error mapping, shared options) and the commands
+"""The command line: the typer app (`app.py`: usage errors, shared options), the context every
+command works in (`common.py`: error mapping, config load, engine, job output) and the commands
 grouped by topic (`image.py`: init / render / versions / schema / build / catalog update;
 `jobs.py`: run / shell / ps / logs / stop; `ci.py`: smoke / doctor; `records.py`: history /
 rerun / explain; `cluster.py`: export / submit; `profiles.py`). Views (`views.py`) turn
@@ -6,7 +7,7 @@ results into rich tables. This file is the index of the root's commands.
 
 The only layer that may import typer, print or exit. Each command parses its flags, calls
 one core function from `image`, `launch` or `engine`, and prints; every domain error is
-mapped to its exit code in `app.handle_errors`. A new command goes into the module of its
+mapped to its exit code in `common.handle_errors`. A new command goes into the module of its
 topic (or a new one beside them) and gets a row in `COMMANDS` below, which names the module
 that registers it: only the module of the command being run is imported (`LazyCommands`).
 

@@ -1,30 +1,24 @@
-"""The typer app, its error mapping and the options every command shares.
-
-Every `GpulaunchError` becomes one `gpulaunch: error:` line and its exit code here, and
-only here; OS and engine errors are mapped too; tracebacks only with `--debug`.
+"""The typer app (usage errors as one line, the words after `--`, the root options) and the
+options commands share, each declared once (the launch options of run, shell, smoke and
+export among them). Every other error is mapped in `common.handle_errors`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import functools
-import os
 import re
 import sys
-import traceback
 import types
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PosixPath
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from gpulaunch import __version__
-from gpulaunch.errors import ExitCode, GpulaunchError
+from gpulaunch.cli.common import STATE, echo_err
+from gpulaunch.errors import ConfigError, ExitCode
 
 
 class _Group(TyperGroup):
@@ -57,7 +51,6 @@ class _Group(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        click_exception = _click_exception()
         try:
             rv = super().main(
                 args=args,
@@ -67,11 +60,11 @@ class _Group(TyperGroup):
                 **extra,
             )
             code = rv if isinstance(rv, int) else 0
-        except click_exception as err:
+        except typer.TyperException as err:  # click's ClickException (typer vendors click)
             if type(err).__name__ == "NoArgsIsHelpError":
                 err.show()  # type: ignore[attr-defined]
             else:
-                reason = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+                reason = " ".join(err.format_message().split())
                 echo_err(f"gpulaunch: error: {reason}")
                 ctx = getattr(err, "ctx", None)
                 if ctx is not None:
@@ -83,19 +76,6 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
-
-
-def _click_exception() -> type[Exception]:
-    """click's ClickException: typer >= 0.24 vendors click as typer._click."""
-    import importlib
-
-    for module in ("typer._click.exceptions", "click.exceptions"):
-        try:
-            found: type[Exception] = importlib.import_module(module).ClickException
-        except ImportError:
-            continue
-        return found
-    raise RuntimeError("neither typer._click nor click is importable")  # pragma: no cover
 
 
 app = typer.Typer(
@@ -128,93 +108,17 @@ class RunCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _State:
-    debug = False
-
-
-STATE = _State()
-
-
-def echo_err(message: str) -> None:
-    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values), with
-    control characters from labels, records or engine replies shown as escapes."""
-    from gpulaunch.masking import mask
-    from gpulaunch.textcheck import shown
-
-    typer.echo(mask(shown(message)), err=True)
-
-
-def handle_errors(fn: F) -> F:
-    """Map GpulaunchError to its exit code with a one-line message; tracebacks only with --debug."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except typer.Exit:
-            raise
-        except GpulaunchError as err:
-            if STATE.debug:
-                traceback.print_exc()
-            echo_err(f"gpulaunch: error: {err.message}")
-            if err.hint:
-                echo_err(f"hint: {err.hint}")
-            raise typer.Exit(int(err.exit_code)) from None
-        except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
-            raise typer.Exit(0) from None
-        except KeyboardInterrupt:
-            echo_err("gpulaunch: interrupted")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except Exception as err:
-            if STATE.debug:
-                raise
-            mapped = _outside_error(err)
-            if mapped is not None:
-                message, code = mapped
-                echo_err(f"gpulaunch: error: {message}")
-                raise typer.Exit(int(code)) from None
-            echo_err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
-            raise typer.Exit(int(ExitCode.FAILURE)) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
-    """A one-line message and exit code for errors from the OS and the Docker engine.
-
-    Engine errors are recognised by the module of their class (docker.errors,
-    requests.exceptions, urllib3), so start-up never imports docker for this.
-    """
-    modules = [cls.__module__ for cls in type(err).__mro__]
-    if any(m.split(".")[0] in ("docker", "requests", "urllib3") for m in modules):
-        detail = " ".join(str(err).split()) or type(err).__name__
-        return f"Docker engine: {detail}", ExitCode.ENGINE
-    if isinstance(err, OSError):
-        reason = err.strerror or str(err) or type(err).__name__
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is no usage error
-            _quiet_stdout()
-            return (
-                f"{err.filename or 'cannot write output'}: {reason} (the disk or quota is full)",
-                ExitCode.FAILURE,
-            )
-        if err.filename is None:
-            _quiet_stdout()
-            return f"cannot write output: {reason}", ExitCode.USAGE
-        return f"{err.filename}: {reason}", ExitCode.USAGE
-    return None
-
-
-def _quiet_stdout() -> None:
-    """After a failed write to stdout, drop what is still buffered so exit stays quiet."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):  # stdout itself is what failed
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+def job_words(ctx: Any, script: str | None, args: list[str] | None) -> tuple[list[str], list[str]]:
+    """(SCRIPT's arguments, the raw command) of `run`/`smoke`: `CMD -- COMMAND ...` is a
+    command, never re-read as SCRIPT; `CMD SCRIPT [ARGS] -- MORE` gives SCRIPT more arguments."""
+    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
+    rest = list(args or [])
+    if tail is None or script is not None:
+        return rest + list(tail or []), []
+    if not tail:
+        name = ctx.info_name
+        raise ConfigError(f"{name}: nothing after --; give a command ({name} -- python -m x)")
+    return rest, list(tail)
 
 
 def _version_callback(value: bool) -> None:
@@ -255,45 +159,64 @@ SetOpt = Annotated[
 ]
 
 
-def load_project(
-    config: Path | None, sets: list[str] | None = None, *, write_cache: bool = True
-) -> tuple[Any, Path]:
-    """The validated config (from the config cache when the file is unchanged, without
-    pydantic) and the project folder; `write_cache=False` for --dry-run (it writes nothing)."""
-    from gpulaunch.configcache import find_config, load
-
-    path = find_config(config, Path.cwd())
-    if config is not None and not path.exists():
-        from gpulaunch.errors import ConfigError
-
-        raise ConfigError(
-            f"--config: {str(config)!r} not found; if that option was meant for your script, "
-            "put it after `--` (gpulaunch run train.py -- -c ...)"
-        )
-    return load(path, sets or (), write=write_cache), path.resolve().parent
-
-
-def make_engine() -> Any:
-    from gpulaunch.engine.docker_api import Engine
-
-    return Engine()
-
-
 NetworkOpt = Annotated[
     str | None, typer.Option("--network", help="default | host | none (overrides the config).")
 ]
 
-
-def check_single_line(flags: dict[str, str | None]) -> None:
-    from gpulaunch.jobs.options import check_flag_lines
-
-    check_flag_lines(dict(flags))
-
-
-def check_network_flag(network: str | None) -> None:
-    from gpulaunch.jobs.options import check_network
-
-    check_network(network)
+# The launch options, declared once: run, shell, smoke and export take these as they are
+# (an option whose meaning differs in a command, such as smoke's `--gpus auto` or export's
+# per-node counts, is that command's own).
+ScriptArg = Annotated[
+    str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
+]
+ArgsArg = Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")]
+GpusOpt = Annotated[
+    str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
+]
+NprocOpt = Annotated[
+    int | None, typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024)
+]
+ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
+MountOpt = Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")]
+UnsafeMountsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unsafe-mounts",
+        help="Let a mount reach gpulaunch's state, the engine socket, your credentials or /etc, "
+        "/proc, /sys, /dev (refused otherwise: the job could read or take them).",
+    ),
+]
+ImageOpt = Annotated[
+    str | None, typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build.")
+]
+RebuildOpt = Annotated[bool, typer.Option(help="Rebuild the image first.")]
+PrecisionOpt = Annotated[
+    str | None, typer.Option(help="fp32, tf32, fp16 or bf16 (sets the env contract).")
+]
+NcclOpt = Annotated[
+    str | None,
+    typer.Option(help="NCCL preset: auto, nvlink, pcie, ib-gdr, tcp, debug, safe, none."),
+]
+NumaOpt = Annotated[
+    str | None, typer.Option(help="NUMA binding per rank: auto, node, socket, off.")
+]
+InteractiveOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interactive/--no-interactive",
+        "-i",
+        help="Pass stdin to the job (default: when stdin is a terminal, a pipe or a file).",
+    ),
+]
+TtyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tty/--no-tty",
+        "-t",
+        help="Give the job a terminal (default: when stdin and stdout are terminals).",
+    ),
+]
 
 
 def main() -> None:

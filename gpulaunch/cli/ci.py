@@ -11,12 +11,24 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import (
-    AFTER_DASHDASH,
+    ArgsArg,
     ConfigOpt,
+    EnvOpt,
+    MountOpt,
+    NcclOpt,
     NetworkOpt,
+    NprocOpt,
+    NumaOpt,
+    PrecisionOpt,
+    ProfileOpt,
+    RebuildOpt,
     RunCommand,
+    ScriptArg,
     SetOpt,
     app,
+    job_words,
+)
+from gpulaunch.cli.common import (
     check_network_flag,
     check_single_line,
     echo_err,
@@ -25,17 +37,15 @@ from gpulaunch.cli.app import (
     make_engine,
 )
 from gpulaunch.cli.image import build_with_progress
-from gpulaunch.errors import ConfigError, ExitCode
+from gpulaunch.errors import ExitCode
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def smoke(
     ctx: typer.Context,
-    script: Annotated[
-        str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
-    ] = None,
-    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    script: ScriptArg = None,
+    args: ArgsArg = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
     steps: Annotated[
@@ -59,22 +69,15 @@ def smoke(
     require_gpu: Annotated[
         bool, typer.Option("--require-gpu", help="No GPU is a failure (exit 3), not the CPU.")
     ] = False,
-    nproc: Annotated[
-        int | None,
-        typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
-    ] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")
-    ] = None,
-    nccl: Annotated[str | None, typer.Option(help="NCCL preset (as for run).")] = None,
-    numa: Annotated[str | None, typer.Option(help="NUMA binding per rank (as for run).")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32, tf32, fp16 or bf16.")] = None,
-    env: Annotated[
-        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")
-    ] = None,
-    mount: Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")] = None,
+    nproc: NprocOpt = None,
+    profile: ProfileOpt = None,
+    nccl: NcclOpt = None,
+    numa: NumaOpt = None,
+    precision: PrecisionOpt = None,
+    env: EnvOpt = None,
+    mount: MountOpt = None,
     network: NetworkOpt = None,
-    rebuild: Annotated[bool, typer.Option(help="Rebuild the image first.")] = False,
+    rebuild: RebuildOpt = False,
     imports: Annotated[
         bool,
         typer.Option(
@@ -124,14 +127,7 @@ def smoke(
     junit_path = check_output_file(junit, "--junit") if junit is not None else None
     summary = os.environ.get(SUMMARY_ENV)
     summary_path = check_output_file(summary, f"${SUMMARY_ENV}") if summary else None
-    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
-    rest, command = list(args or []), []
-    if script is None and tail is not None:
-        command = list(tail)
-        if not command:
-            raise ConfigError("smoke: nothing after --; give a command (smoke -- python -m x)")
-    elif tail is not None:
-        rest += tail
+    rest, command = job_words(ctx, script, args)
     cfg, project = load_project(config, sets, write_cache=not dry_run)
     junit_to = check_junit_file(junit_path, project, force) if junit_path else None
     summary_to = check_summary_file(summary_path, project) if summary_path else None
@@ -197,14 +193,15 @@ def doctor(
     """Check this machine for GPU training: engine, BuildKit, NVIDIA runtime, driver, GPUs,
     shared memory, disk, NUMA. A fix on every line that is not ✓; exit 1 on any ✗.
 
-    With a gpulaunch.yaml (./ or --config) the driver and GPUs are checked against its image.
+    With a gpulaunch.yaml (./ or --config) the driver and GPUs are checked against its image,
+    and its entry points' imports against what the image installs.
     """
     from gpulaunch.ci.doctor import run_doctor
 
-    cfg = None
+    cfg = project = None
     if config is not None or (Path.cwd() / "gpulaunch.yaml").is_file():
-        cfg, _ = load_project(config, sets)
-    report = run_doctor(make_engine(), cfg)
+        cfg, project = load_project(config, sets)
+    report = run_doctor(make_engine(), cfg, project=project)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -8,14 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import (
-    ConfigOpt,
-    app,
-    check_single_line,
-    echo_err,
-    handle_errors,
-    load_project,
-)
+from gpulaunch.cli.app import ConfigOpt, EnvOpt, NcclOpt, PrecisionOpt, ProfileOpt, app
+from gpulaunch.cli.common import check_single_line, echo_err, handle_errors, load_project
 
 export_app = typer.Typer(
     help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
@@ -39,10 +33,6 @@ ImageOpt = Annotated[
     str | None,
     typer.Option(help="Pushed image REGISTRY/NAME[:TAG][@sha256:...] (default: build --push)."),
 ]
-ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile.")]
-NcclOpt = Annotated[str | None, typer.Option(help="NCCL preset.")]
-PrecisionOpt = Annotated[str | None, typer.Option(help="fp32, tf32, fp16 or bf16.")]
-EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
 RestartsOpt = Annotated[
     int, typer.Option(help="Restarts before the job fails (backoffLimit / maxRestarts).")
 ]
@@ -55,6 +45,7 @@ PartitionOpt = Annotated[str | None, typer.Option(help="#SBATCH --partition.")]
 AccountOpt = Annotated[str | None, typer.Option(help="#SBATCH --account.")]
 TimeOpt = Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")]
 CpusOpt = Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")]
+_K8S_KEYS = ("kind", "namespace")  # where the job goes: each engine's own options
 _SLURM_KEYS = ("container", "partition", "account", "time", "cpus")
 _NOT_JOB = ("output", "force", "dry_run", "context")  # the command's own, not the job's
 
@@ -86,34 +77,24 @@ def _job(given: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k not in _NOT_JOB}
 
 
-def _k8s(given: dict[str, Any]) -> Any:
-    """Export for Kubernetes from a command's parameters (its locals())."""
-    from gpulaunch.export.api import export_k8s
-
-    kw = _job(given)
-    config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
-    kind, namespace = kw.pop("kind"), kw.pop("namespace")
-    cfg, project = load_project(config, write_cache=not given.get("dry_run"))
-    result = export_k8s(
-        cfg, project, Path.cwd(), _opts(script, args, **kw), kind, namespace, config
-    )
-    for warning in result.warnings:
-        echo_err(f"warning: {warning}")
-    return result, project
-
-
-def _slurm(given: dict[str, Any]) -> Any:
-    """The sbatch script from a command's parameters (its locals())."""
-    from gpulaunch.export.api import export_slurm
+def _export(given: dict[str, Any], to: str) -> Any:
+    """Export for Kubernetes (`to="k8s"`) or Slurm from a command's parameters (its
+    locals()); its warnings on stderr."""
+    from gpulaunch.export.api import export_k8s, export_slurm
     from gpulaunch.export.slurm import SlurmOptions
 
     kw = _job(given)
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
-    slurm = {key: kw.pop(key) for key in _SLURM_KEYS}
-    check_single_line({"--container": slurm["container"], "--time": slurm["time"]})
+    target = {key: kw.pop(key) for key in (_K8S_KEYS if to == "k8s" else _SLURM_KEYS)}
+    if to == "slurm":
+        check_single_line({"--container": target["container"], "--time": target["time"]})
     cfg, project = load_project(config, write_cache=not given.get("dry_run"))
     opts = _opts(script, args, **kw)
-    result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**slurm), config)
+    if to == "k8s":
+        kind, namespace = target["kind"], target["namespace"]
+        result = export_k8s(cfg, project, Path.cwd(), opts, kind, namespace, config)
+    else:
+        result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**target), config)
     for warning in result.warnings:
         echo_err(f"warning: {warning}")
     return result, project
@@ -141,7 +122,7 @@ def export_k8s_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Kubernetes manifests: Indexed Job + headless Service (default), JobSet or PyTorchJob."""
-    result, project = _k8s(locals())
+    result, project = _export(locals(), "k8s")
     _write(result.text, output, force, project)
 
 
@@ -169,7 +150,7 @@ def export_slurm_cmd(
     force: ForceOpt = False,
 ) -> None:
     """An sbatch script: one torchrun per node via srun, c10d rendezvous at the first node."""
-    result, project = _slurm(locals())
+    result, project = _export(locals(), "slurm")
     _write(result.text, output, force, project)
 
 
@@ -197,7 +178,7 @@ def submit_k8s_cmd(
     ] = False,
 ) -> None:
     """Export for Kubernetes and `kubectl apply -f -` it."""
-    result, _ = _k8s(locals())  # first: locals() must hold the parameters only
+    result, _ = _export(locals(), "k8s")  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_k8s
 
     check_single_line({"--context": context})
@@ -234,7 +215,7 @@ def submit_slurm_cmd(
     ] = False,
 ) -> None:
     """Export the sbatch script and submit it with sbatch; prints the job id."""
-    result, _ = _slurm(locals())  # first: locals() must hold the parameters only
+    result, _ = _export(locals(), "slurm")  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_slurm
 
     if dry_run:

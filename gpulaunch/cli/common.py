@@ -1,18 +1,149 @@
-"""What every job command shows on the terminal, in one place: the `run`/`rerun`/`shell`
-line, plan warnings, the live GPU status line, and the exit with the job's own code (a known
-failure's cause and fix last). `run`, `rerun`, `shell` and `smoke` share these."""
+"""The context every command works in, in one place: error printing and the exit-code map
+(`handle_errors`, `echo_err`), the config load, the engine, the flag checks, and what job
+commands show (the run line, plan warnings, the live GPU status line, the exit with the job's
+own code, a known failure's cause and fix last). The typer app itself is `app.py`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import functools
 import os
 import sys
 import threading
-from typing import Any
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
-from gpulaunch.cli.app import echo_err
+from gpulaunch.errors import ExitCode, GpulaunchError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _State:
+    debug = False
+
+
+STATE = _State()
+
+
+def echo_err(message: str) -> None:
+    """Every message gpulaunch writes to stderr, masked (URL credentials, secret values), with
+    control characters from labels, records or engine replies shown as escapes."""
+    from gpulaunch.masking import mask
+    from gpulaunch.textcheck import shown
+
+    typer.echo(mask(shown(message)), err=True)
+
+
+def handle_errors(fn: F) -> F:
+    """Map GpulaunchError to its exit code with a one-line message; tracebacks only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except GpulaunchError as err:
+            if STATE.debug:
+                traceback.print_exc()
+            echo_err(f"gpulaunch: error: {err.message}")
+            if err.hint:
+                echo_err(f"hint: {err.hint}")
+            raise typer.Exit(int(err.exit_code)) from None
+        except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+            raise typer.Exit(0) from None
+        except KeyboardInterrupt:
+            echo_err("gpulaunch: interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except Exception as err:
+            if STATE.debug:
+                raise
+            mapped = _outside_error(err)
+            if mapped is not None:
+                message, code = mapped
+                echo_err(f"gpulaunch: error: {message}")
+                raise typer.Exit(int(code)) from None
+            echo_err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
+            raise typer.Exit(int(ExitCode.FAILURE)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
+    """A one-line message and exit code for errors from the OS and the Docker engine.
+
+    Engine errors are recognised by the module of their class (docker.errors,
+    requests.exceptions, urllib3), so start-up never imports docker for this.
+    """
+    modules = [cls.__module__ for cls in type(err).__mro__]
+    if any(m.split(".")[0] in ("docker", "requests", "urllib3") for m in modules):
+        detail = " ".join(str(err).split()) or type(err).__name__
+        return f"Docker engine: {detail}", ExitCode.ENGINE
+    if isinstance(err, OSError):
+        reason = err.strerror or str(err) or type(err).__name__
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is no usage error
+            _quiet_stdout()
+            return (
+                f"{err.filename or 'cannot write output'}: {reason} (the disk or quota is full)",
+                ExitCode.FAILURE,
+            )
+        if err.filename is None:
+            _quiet_stdout()
+            return f"cannot write output: {reason}", ExitCode.USAGE
+        return f"{err.filename}: {reason}", ExitCode.USAGE
+    return None
+
+
+def _quiet_stdout() -> None:
+    """After a failed write to stdout, drop what is still buffered so exit stays quiet."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout itself is what failed
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+
+
+def load_project(
+    config: Path | None, sets: list[str] | None = None, *, write_cache: bool = True
+) -> tuple[Any, Path]:
+    """The validated config (from the config cache when the file is unchanged, without
+    pydantic) and the project folder; `write_cache=False` for --dry-run (it writes nothing)."""
+    from gpulaunch.configcache import find_config, load
+
+    path = find_config(config, Path.cwd())
+    if config is not None and not path.exists():
+        from gpulaunch.errors import ConfigError
+
+        raise ConfigError(
+            f"--config: {str(config)!r} not found; if that option was meant for your script, "
+            "put it after `--` (gpulaunch run train.py -- -c ...)"
+        )
+    return load(path, sets or (), write=write_cache), path.resolve().parent
+
+
+def make_engine() -> Any:
+    from gpulaunch.engine.docker_api import Engine
+
+    return Engine()
+
+
+def check_single_line(flags: dict[str, str | None]) -> None:
+    from gpulaunch.jobs.options import check_flag_lines
+
+    check_flag_lines(dict(flags))
+
+
+def check_network_flag(network: str | None) -> None:
+    from gpulaunch.jobs.options import check_network
+
+    check_network(network)
 
 
 class StatusLine:
@@ -101,7 +232,6 @@ def print_warnings(plan: Any) -> None:
 def run_line(plan: Any, detach: bool = False) -> str:
     """What a plan runs, as one shell line with secrets masked: `env ... CMD` on the host, the
     `docker run` line for a container (what --dry-run prints and `rerun` shows first)."""
-    from gpulaunch.engine.docker_api import Engine
     from gpulaunch.engine.runspec import engine_run_argv, shell_line
     from gpulaunch.masking import mask, mask_env
 
@@ -109,5 +239,5 @@ def run_line(plan: Any, detach: bool = False) -> str:
         env_args = [f"{k}={v}" for k, v in sorted(mask_env(plan.run.env).items())]
         return mask(shell_line(["env", *env_args, *plan.run.command]))
     shown = dataclasses.replace(plan.run, env=mask_env(plan.run.env))
-    run_argv = engine_run_argv(shown, Engine().known_kind(), detach=detach)  # podman run there
+    run_argv = engine_run_argv(shown, make_engine().known_kind(), detach=detach)  # podman run there
     return mask(shell_line([mask(a) if a.count("=") else a for a in run_argv]))

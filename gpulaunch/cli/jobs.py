@@ -12,88 +12,59 @@ import typer
 
 from gpulaunch.cli.app import (
     AFTER_DASHDASH,
+    ArgsArg,
     ConfigOpt,
+    EnvOpt,
+    GpusOpt,
+    ImageOpt,
+    InteractiveOpt,
+    MountOpt,
+    NcclOpt,
     NetworkOpt,
+    NprocOpt,
+    NumaOpt,
+    PrecisionOpt,
+    ProfileOpt,
+    RebuildOpt,
     RunCommand,
+    ScriptArg,
     SetOpt,
+    TtyOpt,
+    UnsafeMountsOpt,
     app,
+    job_words,
+)
+from gpulaunch.cli.common import (
     check_single_line,
     echo_err,
+    exit_with,
     handle_errors,
     load_project,
     make_engine,
+    print_warnings,
+    run_line,
+    status_line,
 )
-from gpulaunch.cli.common import exit_with, print_warnings, run_line, status_line
 from gpulaunch.cli.image import ProgressOpt, build_with_progress, builder_choice, check_progress
 from gpulaunch.errors import ConfigError
-
-InteractiveOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--interactive/--no-interactive",
-        "-i",
-        help="Pass stdin to the job (default: when stdin is a terminal, a pipe or a file).",
-    ),
-]
-TtyOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--tty/--no-tty",
-        "-t",
-        help="Give the job a terminal (default: when stdin and stdout are terminals).",
-    ),
-]
-
-
-# Options `run` and `shell` share (the same flags, the same words).
-GpusOpt = Annotated[
-    str | None, typer.Option(help='GPUs: N, "all", "0,2" or 0 for CPU (default: config).')
-]
-ProfileOpt = Annotated[str | None, typer.Option(help="Launch profile (see `gpulaunch profiles`).")]
-EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")]
-MountOpt = Annotated[list[str] | None, typer.Option("--mount", help="HOST:CONTAINER[:ro].")]
-UnsafeMountsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-unsafe-mounts",
-        help="Let a mount reach gpulaunch's state, the engine socket, your credentials or /etc, "
-        "/proc, /sys, /dev (refused otherwise: the job could read or take them).",
-    ),
-]
-ImageOpt = Annotated[
-    str | None, typer.Option(help="Run this pushed image (REGISTRY/NAME@sha256:...); no build.")
-]
-RebuildOpt = Annotated[bool, typer.Option(help="Rebuild the image first.")]
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
 @handle_errors
 def run(
     ctx: typer.Context,
-    script: Annotated[
-        str | None, typer.Argument(help="Python script in the project (or use -- COMMAND).")
-    ] = None,
-    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    script: ScriptArg = None,
+    args: ArgsArg = None,
     config: ConfigOpt = None,
     gpus: GpusOpt = None,
-    nproc: Annotated[
-        int | None,
-        typer.Option(help="Processes (torchrun); default: one per GPU.", min=1, max=1024),
-    ] = None,
+    nproc: NprocOpt = None,
     profile: ProfileOpt = None,
-    nccl: Annotated[
-        str | None,
-        typer.Option(help="NCCL preset: auto, nvlink, pcie, ib-gdr, tcp, debug, safe, none."),
-    ] = None,
+    nccl: NcclOpt = None,
     nccl_ifname: Annotated[
         str | None, typer.Option(help="Network interface(s) for NCCL/gloo sockets (tcp).")
     ] = None,
-    numa: Annotated[
-        str | None, typer.Option(help="NUMA binding per rank: auto, node, socket, off.")
-    ] = None,
-    precision: Annotated[
-        str | None, typer.Option(help="fp32, tf32, fp16 or bf16 (sets the env contract).")
-    ] = None,
+    numa: NumaOpt = None,
+    precision: PrecisionOpt = None,
     expandable_segments: Annotated[
         bool | None,
         typer.Option(
@@ -161,7 +132,7 @@ def run(
     gpulaunch go after `--`: gpulaunch run train.py --gpus 4 -- --config exp.yaml.
     Any other command: gpulaunch run -- python -m my.module --flag
     """
-    from gpulaunch.jobs.execute import JobIO, JobSpec, plan_job, standard_observers
+    from gpulaunch.jobs.execute import JobSpec
     from gpulaunch.jobs.options import check_options, check_price
     from gpulaunch.launch.plan import RunOptions
 
@@ -170,15 +141,7 @@ def run(
     if detach and (interactive or tty):
         flag = "--interactive" if interactive else "--tty"
         raise ConfigError(f"{flag}: not available with --detach")
-    tail: list[str] | None = ctx.meta.get(AFTER_DASHDASH)
-    rest = list(args or [])
-    command: list[str] = []
-    if script is None and tail is not None:
-        command = list(tail)  # `run -- CMD ...`: a raw command, never re-read as SCRIPT
-        if not command:
-            raise ConfigError("run: nothing after --; give a command (run -- python -m x)")
-    elif tail is not None:
-        rest += tail  # `run SCRIPT [ARGS] -- MORE ARGS`
+    rest, command = job_words(ctx, script, args)
     opts = RunOptions(
         script=script,
         args=rest,
@@ -212,40 +175,43 @@ def run(
     if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
         show_dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
         return
+    _launch(spec, interactive, tty, progress, no_status=no_status)
+
+
+def _launch(
+    spec: Any,
+    interactive: bool | None,
+    tty: bool | None,
+    progress: str = "auto",
+    *,
+    no_status: bool = False,
+    record: bool = True,
+) -> None:
+    """Plan, then the one start sequence (jobs.execute.start_job); exit with the job's code
+    (`--detach`: print the container's name). `record=False`: a shell is not a run."""
+    from gpulaunch.engine.supervise import choose
+    from gpulaunch.jobs.execute import JobIO, Start, plan_job, standard_observers, start_job
+
+    detach, host = spec.opts.detach, spec.opts.no_container
     job = plan_job(spec)  # before any build
     print_warnings(job.plan)
-    if not (detach or no_container):
-        from gpulaunch.engine.supervise import choose
-
+    if not (detach or host):
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     shown = functools.partial(build_with_progress, progress=progress)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, shown)
     # host jobs and jobs with a terminal own the terminal: no status line
-    status = status_line(io, no_status or detach or no_container or job.plan.run.tty)
-    observers = standard_observers(spec, echo_err, on_sample=status and status.show)
+    status = status_line(io, no_status or detach or host or job.plan.run.tty)
+    on_sample = status and status.show
+    observers = standard_observers(spec, echo_err, on_sample=on_sample) if record else []
     try:
-        code = _start(job, io, observers, no_container, detach)
+        job = start_job(job, io, make_engine, observers, Start(detach=detach))
     finally:
         if status is not None:
             status.close()
-    if code is None:
+    if detach:
+        typer.echo(job.container.name)
         return
-    exit_with(code, job)
-
-
-def _start(job: Any, io: Any, observers: Any, no_container: bool, detach: bool) -> int | None:
-    from gpulaunch.jobs.execute import build_image, run_attached, run_on_this_host, start_detached
-
-    if no_container:
-        code = run_on_this_host(job, io, observers)
-    else:
-        engine = make_engine()  # one client for the build check and the run
-        build_image(job, engine, io)
-        if detach:
-            typer.echo(start_detached(job, engine, io, observers))
-            return None
-        code = run_attached(job, engine, io, observers)
-    return code
+    exit_with(job.code or 0, job)
 
 
 def show_dry_run(
@@ -253,7 +219,6 @@ def show_dry_run(
 ) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
-    from gpulaunch.engine.docker_api import Engine
     from gpulaunch.image.build import BuildOptions, prepare_build
     from gpulaunch.jobs.execute import plan_job
 
@@ -263,7 +228,7 @@ def show_dry_run(
         _print_dry_run(job.plan, None, None, as_json)
         return
     kind: Builder = builder_choice(None)  # type: ignore[assignment]
-    cli = Engine().docker_cli() if kind == "buildkit" else None
+    cli = make_engine().docker_cli() if kind == "buildkit" else None  # the CLI probe only
     prepared = prepare_build(
         spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
     )
@@ -415,8 +380,7 @@ def shell(
 
     A command instead of the shell goes after `--`: gpulaunch shell -- nvidia-smi
     """
-    from gpulaunch.engine.supervise import choose
-    from gpulaunch.jobs.execute import JobIO, JobSpec, build_image, plan_job, run_attached
+    from gpulaunch.jobs.execute import JobSpec
     from gpulaunch.jobs.options import check_options
     from gpulaunch.launch.plan import RunOptions
 
@@ -435,10 +399,4 @@ def shell(
     check_options(opts)  # run's checks: one-line flags, --network, --image, mounts, env
     cfg, project = load_project(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
-    job = plan_job(spec)
-    print_warnings(job.plan)
-    job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
-    io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
-    engine: Any = make_engine()
-    build_image(job, engine, io)
-    exit_with(run_attached(job, engine, io), job)  # no run record: a shell is not a run
+    _launch(spec, interactive, tty, no_status=True, record=False)

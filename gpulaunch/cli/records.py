@@ -9,16 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import (
-    AFTER_DASHDASH,
-    ConfigOpt,
-    RunCommand,
-    app,
-    echo_err,
-    handle_errors,
-    load_project,
-    make_engine,
-)
+from gpulaunch.cli.app import AFTER_DASHDASH, ConfigOpt, RunCommand, app
+from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine
 
 
 class _LazyEngine:
@@ -69,7 +61,8 @@ def history(
     chosen = select(records, limit, after)
     summary = totals(chosen)
     if as_json:
-        typer.echo(json.dumps({"runs": chosen, "totals": dataclasses.asdict(summary)}, indent=2))
+        runs = [record.to_json() for record in chosen]
+        typer.echo(json.dumps({"runs": runs, "totals": dataclasses.asdict(summary)}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -126,19 +119,12 @@ def rerun(
     from gpulaunch.jobs.execute import (
         PENDING_IMAGE,
         JobIO,
-        build_image,
+        Start,
         plan_job,
-        run_attached,
-        run_on_this_host,
         standard_observers,
-        start_detached,
+        start_job,
     )
-    from gpulaunch.jobs.rerun import (
-        check_rebuild_matches,
-        rerun_spec,
-        reuse_image,
-        tree_difference,
-    )
+    from gpulaunch.jobs.rerun import recorded_image, rerun_spec, tree_difference
     from gpulaunch.records.store import load
 
     current, project = load_project(config)
@@ -150,13 +136,13 @@ def rerun(
     if current_code and host:
         raise ConfigError("--current-code: a host-mode run always runs the tree as it is now")
     spec.mount_project = current_code or host
-    tag = (record.get("image") or {}).get("tag") or PENDING_IMAGE
+    tag = (record.image and record.image.tag) or PENDING_IMAGE
     try:  # the flags' validators (mounts, env, script) on the record's values
         job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
     except ConfigError as err:
         raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
     print_warnings(job.plan)
-    _note_changed_command(ident, record, job.plan, extra)
+    _note_changed_command(ident, record.command, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
     observers = standard_observers(spec, echo_err, rerun_of=ident)
     if spec.mount_project:
@@ -171,32 +157,26 @@ def rerun(
             f"note: rerun of {ident} runs the recorded code (the image's own /workspace); "
             "outputs reach the host only through launch.checkpoint_dir and mounts"
         )
-    if host:
-        echo_err(f"rerun of {ident} on this host: {run_line(job.plan)}")
-        code = run_on_this_host(job, io, observers)
-    else:
-        engine = make_engine()
-        if rebuild:
-            if not current_code:
-                check_rebuild_matches(job, record, engine)
-            build_image(job, engine, io)
-        else:
-            reuse_image(job, record, engine)
-        echo_err(f"rerun of {ident}: {run_line(job.plan, spec.opts.detach)}")
-        if spec.opts.detach:
-            typer.echo(start_detached(job, engine, io, observers))
-            return
-        code = run_attached(job, engine, io, observers)
-    exit_with(code, job)
+    where, detach = (" on this host" if host else ""), spec.opts.detach
+    how = Start(
+        detach=detach,
+        image=recorded_image(record, rebuild, current_code),
+        ready=lambda job, _: echo_err(f"rerun of {ident}{where}: {run_line(job.plan, detach)}"),
+    )
+    job = start_job(job, io, make_engine, observers, how)
+    if detach:
+        typer.echo(job.container.name)
+        return
+    exit_with(job.code or 0, job)
 
 
-def _note_changed_command(ident: str, record: dict[str, Any], plan: Any, extra: list[str]) -> None:
+def _note_changed_command(ident: str, command: list[str], plan: Any, extra: list[str]) -> None:
     """History shows the recorded command; when this host makes another one (fewer GPUs, a
     moved checkout), say so before the line that runs."""
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.masking import mask
 
-    recorded = [str(part) for part in record.get("command") or []]
+    recorded = [str(part) for part in command]
     now = [mask(str(part)) for part in plan.run.command]
     if not extra and recorded != now:
         echo_err(f"note: {ident} recorded `{shell_line(recorded)}`; this host runs the line below")

@@ -1,7 +1,7 @@
-"""What `run` does once its flags are parsed: plan, build if needed, start, supervise.
-
-The CLI (and later `smoke`) call these functions; observers (run records, smoke results)
-see the job when it starts and when it ends, so none of them has to copy this sequence.
+"""The one job-start sequence of run, rerun, shell and smoke: plan (`plan_job`), then
+`start_job`: the image (built or reused), the container (or the host process tree) started,
+supervised and recorded. What differs between the four commands is data (`Start`); observers
+(run records, smoke's clock) see the job when it starts and when it ends.
 """
 
 from __future__ import annotations
@@ -79,13 +79,76 @@ def plan_job(spec: JobSpec, image: str | None = None) -> Job:
     return Job(spec, plan)
 
 
-def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) -> int:
+@dataclass(frozen=True)
+class Start:
+    """What differs between run, rerun, shell and smoke once the job is planned."""
+
+    detach: bool = False  # start and return (job.container), no supervision
+    # how the image is got: build (or reuse by tag) by default; rerun: the recorded image
+    image: Callable[[Job, Any, JobIO], None] | None = None
+    # called with the image in place, just before the start (engine None on the host):
+    # smoke picks the GPUs and re-plans, rerun shows the line that runs
+    ready: Callable[[Job, Any], None] | None = None
+    stop: threading.Event | None = None  # smoke's timeout: stops the job as SIGTERM would
+
+
+def start_job(
+    job: Job,
+    io: JobIO,
+    engine: Callable[[], Any],
+    observers: Sequence[Observer] = (),
+    how: Start | None = None,
+) -> Job:
+    """Image, start, supervise, record: the job as it ended (`job.code`), or as it started
+    (`job.container`) with `how.detach`. A --no-container job asks no engine (`engine` is only
+    called for a container). A container's build or start failure of a known kind gets its
+    cause and fix as the error's hint."""
+    from gpulaunch.engine.supervise import start
+    from gpulaunch.errors import GpulaunchError
+
+    how = how or Start()
+    client = None if job.spec.opts.no_container else engine()  # one client for image and run
+    try:
+        if client is not None:
+            (how.image or build_image)(job, client, io)
+        if how.ready is not None:
+            how.ready(job, client)
+        write_run_files(job.plan, job.spec.project)
+        if client is None:
+            _run_on_this_host(job, io, observers)
+        elif how.detach:
+            job.container = start(client, job.plan.run, io.say)  # ps/logs/stop see it end
+            _tell(observers, "started", job)
+        else:
+            _run_attached(job, client, io, observers, how.stop)
+    except GpulaunchError as err:
+        if client is not None:
+            explain_error(job, err)  # a driver rule, a missing package, ...
+        raise
+    return job
+
+
+def build_image(job: Job, engine: Any, io: JobIO) -> None:
+    """Build the image (or pull the pushed one) and point the plan at its tag."""
+    from gpulaunch.image.build import BuildOptions
+
+    spec = job.spec
+    pushed = spec.opts.image or spec.cfg.launch.image
+    if pushed:  # run what was pushed (pulled when this engine lacks it), never a rebuild
+        engine.pull(pushed)
+        job.plan.run.image = pushed
+        return
+    options = BuildOptions(rebuild=spec.rebuild, config_file=spec.config_file)
+    job.build = io.build(spec.cfg, spec.project, options, engine)
+    job.plan.run.image = job.build.tag
+
+
+def _run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer]) -> None:
     """`run --no-container`: the same plan as a process tree on this machine."""
     from gpulaunch.engine.host import run_on_host
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.engine.supervise import OutputTail
 
-    write_run_files(job.plan, job.spec.project)
     io.say(f"running on this host: {shell_line(job.plan.run.command)}")
     _tell(observers, "started", job)
     tail = OutputTail()  # the job's stderr passes through it: the explainer reads its end
@@ -99,64 +162,18 @@ def run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer] = ()) ->
     if job.code:
         job.explanation = _explain(job, tail.text(), job.code)
     _tell(observers, "finished", job)
-    return job.code
 
 
-def build_image(job: Job, engine: Any, io: JobIO) -> None:
-    """Build (or reuse) the image and point the plan at its tag."""
-    from gpulaunch.errors import GpulaunchError
-
-    try:
-        _build_image(job, engine, io)
-    except GpulaunchError as err:
-        explain_error(job, err)
-        raise
-
-
-def _build_image(job: Job, engine: Any, io: JobIO) -> None:
-    from gpulaunch.image.build import BuildOptions
-
-    spec = job.spec
-    pushed = spec.opts.image or spec.cfg.launch.image
-    if pushed:  # run what was pushed (pulled when this engine lacks it), never a rebuild
-        engine.pull(pushed)
-        job.plan.run.image = pushed
-        return
-    job.build = io.build(
-        spec.cfg,
-        spec.project,
-        BuildOptions(rebuild=spec.rebuild, config_file=spec.config_file),
-        engine,
-    )
-    job.plan.run.image = job.build.tag
-
-
-def start_detached(job: Job, engine: Any, io: JobIO, observers: Sequence[Observer] = ()) -> str:
-    """Start the container and return its name; ps/logs/stop see it end."""
-    from gpulaunch.engine.supervise import start
-
-    write_run_files(job.plan, job.spec.project)
-    job.container = start(engine, job.plan.run, io.say)
-    _tell(observers, "started", job)
-    return str(job.container.name)
-
-
-def run_attached(
-    job: Job,
-    engine: Any,
-    io: JobIO,
-    observers: Sequence[Observer] = (),
-    stop: threading.Event | None = None,
-) -> int:
-    """Start the container, stream its output, forward signals; return the exit code.
+def _run_attached(
+    job: Job, engine: Any, io: JobIO, observers: Sequence[Observer], stop: threading.Event | None
+) -> None:
+    """Start the container, stream its output, forward signals; the exit code in job.code.
 
     Setting `stop` (smoke's timeout) stops the job as SIGTERM would, SIGKILL after the
     stop timeout; the container is removed on every path."""
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.engine.supervise import OutputTail, supervise
-    from gpulaunch.errors import GpulaunchError
 
-    write_run_files(job.plan, job.spec.project)
     io.say(f"running {job.plan.run.name}: {shell_line(job.plan.run.command)}")
     tails: list[OutputTail] = []
 
@@ -179,15 +196,10 @@ def run_attached(
             tail=tails[-1],
         )
 
-    try:
-        job.code = _with_restarts(job, io, attempt)
-    except GpulaunchError as err:
-        explain_error(job, err)  # the engine refused to start it (a driver rule, ...)
-        raise
+    job.code = _with_restarts(job, io, attempt)
     tail = tails[-1]
     job.explanation = _explain(job, tail.text(), job.code, tail.oom_killed)
     _tell(observers, "finished", job)
-    return job.code
 
 
 def _explain(job: Job, text: str, code: int | None, oom_killed: bool = False) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.masking import MASK, mask
+from gpulaunch.records.store import Image, RunRecord
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,11 @@ def _refuse_masked(value: Any, where: str) -> None:
             _refuse_masked(item, f"{where}[{i}]")
 
 
-def _same_place(record: dict[str, Any], project: Path) -> Path:
+def _same_place(record: RunRecord, project: Path) -> Path:
     """The recorded working folder, moved with the project: its path relative to the
     recorded project, inside `project`; the project itself when that is not a folder."""
-    recorded = Path(str(record.get("project") or "."))
-    cwd = Path(str(record.get("cwd") or recorded))
+    recorded = Path(str(record.project or "."))
+    cwd = Path(str(record.cwd or recorded))
     try:
         rel = cwd.relative_to(recorded)
     except ValueError:
@@ -118,11 +119,11 @@ def _checked(check: Any, *args: Any) -> Any:
         raise ConfigError(f"rerun: the record's {err.message}") from None
 
 
-def _text_field(record: dict[str, Any], name: str) -> str | None:
+def _text_field(record: RunRecord, name: str) -> str | None:
     """A record field that names a path (project, cwd, config_file): a single line or absent."""
     from gpulaunch.textcheck import single_line
 
-    value = record.get(name)
+    value = getattr(record, name)
     if value is None:
         return None
     try:
@@ -135,7 +136,7 @@ def _text_field(record: dict[str, Any], name: str) -> str | None:
 
 
 def rerun_spec(
-    record: dict[str, Any],
+    record: RunRecord,
     current_cfg: Any,
     extra: list[str],
     environ: Mapping[str, str] | None = None,
@@ -154,23 +155,23 @@ def rerun_spec(
 
     environ = os.environ if environ is None else environ
     current = current_cfg.model_dump(mode="json") if current_cfg is not None else {}
-    config = _unmask(record.get("config") or {}, current, "config")
+    config = _unmask(record.config, current, "config")
     try:
         cfg = validate_data(config, "the recorded config")
     except ConfigError as err:
         raise ConfigError(
             f"rerun: the recorded config is not valid any more: {err.message}"
         ) from None
-    opts = _checked(options_from_record, record.get("options") or {})
+    opts = _checked(options_from_record, record.options)
     opts.env = _env_flags(list(opts.env), environ)
     _refuse_masked({k: v for k, v in vars(opts).items() if k != "env"}, "options")
     _checked(check_options, opts)
-    if (record.get("mode") == "host") != opts.no_container:
+    if (record.mode == "host") != opts.no_container:
         raise ConfigError(
-            f"rerun: the record's mode {record.get('mode')!r} does not match its "
+            f"rerun: the record's mode {record.mode!r} does not match its "
             f"options.no_container ({opts.no_container})"
         )
-    price = _checked(check_price, record.get("price_per_gpu_hour"), "price_per_gpu_hour")
+    price = _checked(check_price, record.price_per_gpu_hour, "price_per_gpu_hour")
     if extra:
         if opts.command:
             opts.command = [*opts.command, *extra]
@@ -191,42 +192,41 @@ def rerun_spec(
     )
 
 
-def reuse_image(job: Any, record: dict[str, Any], engine: Any) -> None:
+def reuse_image(job: Any, record: RunRecord, engine: Any) -> None:
     """Point the job at the recorded image id; EngineError when that image is gone."""
-    image = record.get("image") or {}
-    image_id = image.get("id")
-    if record.get("mode") == "host":
+    image = record.image or Image()
+    image_id = image.id
+    if record.mode == "host":
         return
     if not isinstance(image_id, str) or not image_id:
         raise EngineError(
-            f"run {record.get('id')}: its record has no image id",
-            hint=f"`gpulaunch rerun {record.get('id')} --rebuild` builds one from its config",
+            f"run {record.id}: its record has no image id",
+            hint=f"`gpulaunch rerun {record.id} --rebuild` builds one from its config",
         )
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):
         raise ConfigError(f"rerun: the record's image.id {image_id!r} is not an image id")
     if not engine.image_exists(image_id):
         raise EngineError(
-            f"run {record.get('id')}: its image {image.get('tag')} ({image_id[:19]}) is gone",
-            hint=f"`gpulaunch rerun {record.get('id')} --rebuild` rebuilds it from the "
-            "recorded config",
+            f"run {record.id}: its image {image.tag} ({image_id[:19]}) is gone",
+            hint=f"`gpulaunch rerun {record.id} --rebuild` rebuilds it from the recorded config",
         )
     job.build = ReusedImage(
-        tag=str(image.get("tag") or image_id),
+        tag=str(image.tag or image_id),
         image_id=image_id,
-        builder=str(image.get("builder") or ""),
-        dockerfile_sha256=image.get("dockerfile_sha256"),
-        versions=dict(image.get("versions") or {}),
+        builder=str(image.builder or ""),
+        dockerfile_sha256=image.dockerfile_sha256,
+        versions=dict(image.versions or {}),
     )
     job.plan.run.image = image_id
 
 
-def tree_difference(record: dict[str, Any], project: Path) -> str | None:
+def tree_difference(record: RunRecord, project: Path) -> str | None:
     """How the project's tree differs from the recorded run's (commit, uncommitted changes,
     files changed), None when git says it is the same; a sentence saying git cannot tell
     outside a git checkout or for a commit this clone lacks."""
     from gpulaunch.outside.git import changed_since, git_state
 
-    recorded = record.get("git") if isinstance(record.get("git"), dict) else None
+    recorded = record.git
     now = git_state(project)
     if recorded is None or now is None or not isinstance(recorded.get("commit"), str):
         return "git cannot tell how the tree differs (no git state recorded or here)"
@@ -245,14 +245,14 @@ def tree_difference(record: dict[str, Any], project: Path) -> str | None:
     return "; ".join(said) or None
 
 
-def check_rebuild_matches(job: Any, record: dict[str, Any], engine: Any) -> None:
+def check_rebuild_matches(job: Any, record: RunRecord, engine: Any) -> None:
     """Before a rebuild of a gone image: the tree and recorded config must give the very tag
     the run had (the tag hashes the Dockerfile and every file sent); else ConfigError naming
     what differs, and nothing is built."""
     from gpulaunch.image.build import BuildOptions, prepare_build
 
     spec = job.spec
-    recorded = str((record.get("image") or {}).get("tag") or "")
+    recorded = str((record.image and record.image.tag) or "")
     prepared = prepare_build(
         spec.cfg, spec.project, engine.builder_kind(), BuildOptions(config_file=spec.config_file)
     )
@@ -262,5 +262,21 @@ def check_rebuild_matches(job: Any, record: dict[str, Any], engine: Any) -> None
     raise ConfigError(
         f"rerun --rebuild: this tree builds {prepared.tag}, not the run's {recorded or 'image'} "
         f"({why}); the recorded code cannot be rebuilt from it",
-        hint=f"`gpulaunch rerun {record.get('id')} --current-code --rebuild` runs today's tree",
+        hint=f"`gpulaunch rerun {record.id} --current-code --rebuild` runs today's tree",
     )
+
+
+def recorded_image(record: RunRecord, rebuild: bool, current_code: bool) -> Any:
+    """How a rerun gets its image (`Start.image`): the recorded image id as it is; with
+    `rebuild`, a build, from the recorded code only when the tree gives the run's tag."""
+    from gpulaunch.jobs.execute import build_image
+
+    def image(job: Any, engine: Any, io: Any) -> None:
+        if not rebuild:
+            reuse_image(job, record, engine)
+            return
+        if not current_code:
+            check_rebuild_matches(job, record, engine)
+        build_image(job, engine, io)
+
+    return image

@@ -238,3 +238,18 @@ def test_missing_config_flag_points_at_the_double_dash(runner: CliRunner, in_tmp
         "gpulaunch: error: --config: 'exp.yaml' not found; if that option was meant for your "
         "script, put it after `--` (gpulaunch run train.py -- -c ...)\n"
     )
+
+
+@pytest.mark.parametrize("command", ["run", "smoke"])
+def test_nothing_after_dashdash_is_one_line(runner: CliRunner, in_tmp: Path, command: str) -> None:
+    """`run --` / `smoke --` with no SCRIPT: no command to run (one reading of the words
+    after `--` for both, app.job_words)."""
+    (in_tmp / "gpulaunch.yaml").write_text("version: 1\nname: x\nimage: {torch: none}\n")
+    before = snapshot(in_tmp)
+    code, out, err = invoke(runner, command, "--")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"gpulaunch: error: {command}: nothing after --; give a command "
+        f"({command} -- python -m x)\n"
+    )
+    assert snapshot(in_tmp) == before

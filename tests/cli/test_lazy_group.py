@@ -157,9 +157,10 @@ def _loaded(*argv: str) -> list[str]:
 
 
 def test_top_level_help_builds_no_command_and_skips_rich_utils() -> None:
-    assert _loaded("--help") == ["gpulaunch.cli.app", "rich.console"]
-    assert _loaded() == ["gpulaunch.cli.app", "rich.console"]  # no arguments: the same help
-    assert _loaded("--version") == ["gpulaunch.cli.app"]
+    frame = ["gpulaunch.cli.app", "gpulaunch.cli.common"]  # the app and its error mapping
+    assert _loaded("--help") == [*frame, "rich.console"]
+    assert _loaded() == [*frame, "rich.console"]  # no arguments: the same help
+    assert _loaded("--version") == frame
 
 
 @pytest.mark.parametrize(
@@ -175,7 +176,7 @@ def test_top_level_help_builds_no_command_and_skips_rich_utils() -> None:
 )
 def test_a_command_imports_only_its_module(argv: list[str], module: str) -> None:
     cli = [m for m in _loaded(*argv) if m.startswith("gpulaunch.cli.")]
-    assert cli == sorted(["gpulaunch.cli.app", *module.split()])
+    assert cli == sorted(["gpulaunch.cli.app", "gpulaunch.cli.common", *module.split()])
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
