@@ -4,7 +4,8 @@ Each check is one line: ok, warn or fail, what was seen, and for anything not ok
 fix. The inputs are injectable: NVML through the `pynvml` module (tests install
 tests/fake_nvml.py), sysfs through GPULAUNCH_SYSFS_ROOT, the engine through DOCKER_HOST. A
 configured project (gpulaunch.yaml) adds the checks against its image: the driver rule of
-its base image, and its torch build's GPU architectures.
+its base image, its torch build's GPU architectures, and the imports of its entry points
+that nothing the image installs provides (init's findings, `imports` lines).
 """
 
 from __future__ import annotations
@@ -49,7 +50,13 @@ class Report:
         return {"ok": not self.failed, "checks": [asdict(c) for c in self.checks]}
 
 
-def run_doctor(engine: Any, config: Any | None, env: Mapping[str, str] | None = None) -> Report:
+def run_doctor(
+    engine: Any,
+    config: Any | None,
+    env: Mapping[str, str] | None = None,
+    project: Path | None = None,
+) -> Report:
+    """`project`: the configured project's folder, whose entry points' imports are checked."""
     environ = dict(os.environ if env is None else env)
     host = engine_host(engine, environ)
     checks: list[Check] = []
@@ -61,7 +68,40 @@ def run_doctor(engine: Any, config: Any | None, env: Mapping[str, str] | None = 
     checks.append(_shm_check())
     checks.append(_disk_check(facts, config, resolved, host))
     checks.append(_numa_check(environ))
+    if config is not None and project is not None:
+        checks += _import_checks(config, project, resolved)
     return Report(tuple(checks))
+
+
+def _import_checks(config: Any, root: Path, resolved: Any) -> list[Check]:
+    """init's findings on the project as configured: each import of its entry points that
+    nothing the image installs provides (image.requirements and what that pulls in, torch and
+    image.torch_extras), with the file:line and the requirement to add."""
+    from gpulaunch.project.discover import read_project
+    from gpulaunch.project.imports import NO_ENTRY, entry_gaps
+    from gpulaunch.project.layout import find_import_paths
+    from gpulaunch.project.model import Project
+
+    img = config.image
+    entry = img.requirements
+    pinned = [name for name in ("torchvision", "torchaudio") if getattr(img, name)]
+    image = [] if img.torch == "none" else ["torch", *img.torch_extras, *pinned]
+    try:
+        if entry is None:  # the image installs none of the project's dependency files
+            model = Project()
+            find_import_paths(root, model)
+        else:
+            gpu = None if resolved is None else resolved.cuda is not None
+            model = read_project(root, entry, gpu)
+        found, gaps = entry_gaps(root, model, image)
+    except GpulaunchError as err:
+        return [Check("imports", WARN, err.message, "fix image.requirements (gpulaunch init)")]
+    if not found.entries:
+        return [Check("imports", OK, NO_ENTRY.partition(";")[0])]
+    if not gaps:
+        shown = ", ".join(found.entries)
+        return [Check("imports", OK, f"every third-party import of {shown} is provided")]
+    return [Check("imports", WARN, gap.finding, gap.fix) for gap in gaps]
 
 
 # -- the engine ------------------------------------------------------------------------------

@@ -16,11 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulaunch.cli.app import (
-    ConfigOpt,
-    NetworkOpt,
-    SetOpt,
-    app,
+from gpulaunch.cli.app import ConfigOpt, NetworkOpt, SetOpt, app
+from gpulaunch.cli.common import (
     check_network_flag,
     echo_err,
     handle_errors,
@@ -137,7 +134,7 @@ def render(
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
     from gpulaunch.ci.report import resolve_output
-    from gpulaunch.engine.replies import remember_probes
+    from gpulaunch.engine.cliprobe import remember_probes
     from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
@@ -146,7 +143,7 @@ def render(
     # judged by where it resolves: inside the project the writer walks from it, no link followed
     target = None if is_stdout(output) else resolve_output(Path(output), project, "--output")
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
-    text = render_dockerfile(plan)
+    text = render_dockerfile(plan, remember=True)  # not a dry run: jinja2 keeps its code
     for warning in plan.resolved.warnings:
         echo_err(f"warning: {warning}")
     warn_if_stale()
@@ -303,6 +300,16 @@ def build(
         typer.Option(help="Then push to REGISTRY/NAME[:TAG] (default tag: gl-<hash>)."),
     ] = None,
     progress: ProgressOpt = "auto",
+    import_check: Annotated[
+        str,
+        typer.Option(
+            "--import-check",
+            help="After a new image: import the entry points' third-party modules in it "
+            "(seconds; no network, no GPU; a pass is not repeated when only the code "
+            "changed) and name each that fails: warn (the build still exits 0), fail (exit 1, "
+            "nothing pushed) or off.",
+        ),
+    ] = "warn",
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.engine.docker_api import Engine
@@ -310,6 +317,8 @@ def build(
 
     check_network_flag(network)
     check_progress(progress)
+    if import_check not in IMPORT_CHECKS:
+        raise ConfigError(f"--import-check: {import_check!r} is not warn, fail or off")
     if push is not None:
         from gpulaunch.export.images import push_target
 
@@ -357,12 +366,37 @@ def build(
         from gpulaunch.cli.prune import prune_notice
 
         prune_notice(cfg.name, outcome.tag)
+        if import_check != "off":
+            _import_check(cfg, project, outcome.tag, strict=import_check == "fail")
     if push is not None:
         from gpulaunch.export.api import push_image
 
         pushed = push_image(make_engine(), project, outcome.tag, push, lambda line: None)
         echo_err(f"pushed {pushed.pushed_tag}")
         typer.echo(pushed.reference)
+
+
+IMPORT_CHECKS = ("warn", "fail", "off")
+
+
+def _import_check(cfg: Any, project: Path, tag: str, strict: bool) -> None:
+    """A new image's check (ci.imports): what it says goes to stderr. A module that fails
+    to import is the project's omission, and the image is built and usable for everything
+    else, so the build's exit code stands unless --import-check fail asks otherwise."""
+    from gpulaunch.ci.imports import check_image
+    from gpulaunch.errors import GpulaunchError
+
+    try:
+        found = check_image(make_engine(), tag, cfg.name, project, cfg.image.requirements)
+    except GpulaunchError as err:  # the image is built: the check's own failure is a line
+        echo_err(f"imports: not checked: {err.message}")
+        if strict:
+            raise typer.Exit(1) from None
+        return
+    for line in found.lines() if found is not None else []:
+        echo_err(line)
+    if strict and found is not None and (found.failed or not found.finished):
+        raise typer.Exit(1)
 
 
 catalog_app = typer.Typer(

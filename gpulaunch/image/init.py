@@ -16,20 +16,15 @@ from gpulaunch.config import (
     sanitize_name,
     validate_data,
 )
+from gpulaunch.engine import nvml
 from gpulaunch.errors import ConfigError, FileExistsRefusal
 from gpulaunch.image import compat
 from gpulaunch.image.compat import HostGpus, matrix
 from gpulaunch.image.render import image_request, render_dockerignore, summarize
 from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
 from gpulaunch.image.resolver import resolve
-from gpulaunch.project.discover import read_project
-from gpulaunch.project.imports import (
-    Missing,
-    default_entries,
-    missing,
-    requirement_lines,
-    walk,
-)
+from gpulaunch.project.discover import nested_requirements, read_project
+from gpulaunch.project.imports import NO_ENTRY, Missing, entry_gaps, requirement_lines
 from gpulaunch.project.layout import keep_code, output_notes
 from gpulaunch.project.model import TORCH_FAMILY, Project
 from gpulaunch.project.reconcile import Choice, reconcile
@@ -81,7 +76,7 @@ def _default_python(torch: str, cuda: str | None) -> str:
     return resolve(ImageRequest(torch=torch, cuda=cuda, flavor=flavor)).python
 
 
-def _report(project: Project) -> list[str]:
+def _report(directory: Path, project: Project) -> list[str]:
     """Every source found and every part not understood, by name."""
     notes = [f"found: {source}" for source in project.sources]
     if project.entry:
@@ -90,6 +85,7 @@ def _report(project: Project) -> list[str]:
         notes.append("found: no dependency file (requirements.txt, pyproject.toml, ...)")
     notes += [f"warning: not understood: {item}" for item in project.not_understood]
     notes += project.notes
+    notes += nested_requirements(directory, project)
     for local in project.locals:
         notes.append(
             f"{local.where}: {local.path} is installed after the project is copied (--no-deps)"
@@ -117,7 +113,12 @@ def run_init(opts: InitOptions) -> InitResult:
     notes: list[str] = []
     if opts.check_pins:
         notes += _index_constraints(project)
-    host = compat.probe(opts.env) if opts.env is not None else None
+    host = None
+    if opts.env is not None:
+        try:
+            host = compat.probe(opts.env)
+        except nvml.NvmlError as err:  # chosen without this host's GPUs, and said so
+            notes.append(f"GPUs not checked: {err}")
     flagged = opts.torch is not None or opts.cuda is not None  # the user's word
     choice = Choice()
     if opts.flavor != "ngc":
@@ -143,7 +144,7 @@ def run_init(opts: InitOptions) -> InitResult:
         opts.flavor = "cpu"
     if gpu and "cpu" in (opts.cuda, opts.flavor):  # the project chose a CPU build itself
         project = read_project(directory, gpu=False)
-    notes[:0] = _report(project)
+    notes[:0] = _report(directory, project)
     _toolchain(opts, project, notes)
     image_dists = [] if opts.torch == "none" else ["torch", *choice.extras]
     gaps = _missing_imports(opts, project, image_dists, notes)
@@ -250,16 +251,10 @@ def _missing_imports(
     opts: InitOptions, project: Project, image_dists: list[str], notes: list[str]
 ) -> list[Missing]:
     """One line per import of the entry points that no dependency provides."""
-    directory = opts.directory
-    entries = opts.entries if opts.entries is not None else default_entries(directory)
-    if not entries:
-        notes.append(
-            "imports: no entry point found (a top-level script with `if __name__ == "
-            '"__main__":`); pass --entry FILE to check what one imports'
-        )
+    found, gaps = entry_gaps(opts.directory, project, image_dists, opts.entries)
+    if not found.entries:
+        notes.append(f"imports: {NO_ENTRY}")
         return []
-    found = walk(directory, entries, paths=[folder for folder, _ in project.import_paths])
-    gaps = missing(found, project, image_dists)
     notes += found.notes
     notes += [gap.line() for gap in gaps]
     if not gaps:

@@ -3,6 +3,8 @@ and read it with everything it pulls in (includes, local packages and their own 
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,10 +19,12 @@ from gpulaunch.project.others import (
     read_setup_py,
     script_block,
 )
-from gpulaunch.project.pyproject import load_toml, read_pyproject
+from gpulaunch.project.pyproject import UV_PINS, load_toml, name_of, read_pyproject
 from gpulaunch.project.requirements import is_requirements_name, read_requirements
 
 Reader = Callable[[Path, str, Project, bool], None]
+_PLAIN = re.compile(r"[\w.+/-]+")  # no control character or line separator in a shown path
+_NOT_SOURCE = {"node_modules", "venv", "site-packages", "__pycache__"}
 _FOLDER_ENTRIES = (
     "base.txt",
     "main.txt",
@@ -60,7 +64,20 @@ def _pyproject_kind(root: Path, rel: str) -> str | None:
         or "build-system" in data
     ):
         return "installs"
-    return "metadata" if project or poetry else None
+    uv = data.get("tool", {}).get("uv", {})
+    pins = isinstance(uv, dict) and any(uv.get(k) for k in UV_PINS)  # named when not applied
+    return "metadata" if project or poetry or pins else None
+
+
+def _is_setuptools_cfg(path: Path) -> bool:
+    """A setup.cfg that holds only tool settings ([flake8], [tool:pytest]) says nothing about
+    the package, and must not hide setup.py's install_requires."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    heads = {line.strip().lower() for line in text.splitlines() if line.startswith("[")}
+    return bool(heads & {"[metadata]", "[options]"})
 
 
 def candidates(root: Path) -> list[str]:
@@ -70,8 +87,12 @@ def candidates(root: Path) -> list[str]:
         found.append("requirements.txt")
     if (root / "pyproject.toml").is_file() and _pyproject_kind(root, "pyproject.toml"):
         found.append("pyproject.toml")
-    found += [n for n in ("setup.cfg", "setup.py", "Pipfile") if (root / n).is_file()]
+    # an environment file describes what the project runs in, setup.py only the package
+    # (`conda env create` then `pip install -e .`): the environment's pins come first
     found += [n for n in _CONDA if (root / n).is_file()]
+    if (root / "setup.cfg").is_file() and _is_setuptools_cfg(root / "setup.cfg"):
+        found.append("setup.cfg")
+    found += [n for n in ("setup.py", "Pipfile") if (root / n).is_file()]
     folder = root / "requirements"
     if folder.is_dir():
         found += [f"requirements/{n}" for n in _FOLDER_ENTRIES if (folder / n).is_file()][:1]
@@ -97,15 +118,58 @@ def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     return sorted(n for n in names if n != entry and n not in read)
 
 
+def nested_requirements(root: Path, project: Project, depth: int = 3) -> list[str]:
+    """init's line for each requirements file in a sub-folder (an example's own, a
+    component's) that the image does not install, with how to add it: a project that needs
+    examples/foo/requirements.txt learns it before a long build, not at the first import."""
+    read = {f.path for f in project.files}
+    found: list[str] = []
+    for folder, dirs, files in os.walk(root):
+        where = Path(folder).relative_to(root)
+        level = len(where.parts)
+        dirs[:] = (
+            []
+            if level >= depth
+            else sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SOURCE)
+        )
+        if level == 0 or where.parts == ("requirements",):
+            continue  # the root's and requirements/'s own are weighed as candidates
+        found += [
+            (where / name).as_posix()
+            for name in sorted(files)
+            if is_requirements_name(name) and name.startswith("requirements")
+        ]
+    found = [rel for rel in found if _PLAIN.fullmatch(rel)]  # a name is printed as it is
+    lines = []
+    for rel in (r for r in found if r not in read):
+        if project.entry_kind == "requirements":
+            how = f"add `-r {rel}` to {project.entry}"
+        elif project.entry is not None:
+            how = f"add its packages to {project.entry}, or `-r {rel}` to a requirements file"
+        else:
+            how = f"set image.requirements: {rel}"
+        lines.append(f"{rel}: pip requirements the image does not install; to install them, {how}")
+    return lines
+
+
 def read_project(
-    root: Path, entry: str | None = None, gpu: bool | None = None, reuse: Project | None = None
+    root: Path,
+    entry: str | None = None,
+    gpu: bool | None = None,
+    reuse: Project | None = None,
+    image_torch: frozenset[str] = frozenset(),
 ) -> Project:
     """The project model of `root`; `entry` (image.requirements) or the first candidate.
-    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras. `reuse`:
-    a model the caller read already, returned when it was read for the same entry and gpu."""
-    if reuse is not None and (reuse.entry, reuse.gpu) == (entry, gpu):
+    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras.
+    `image_torch`: the torch* the image installs and pins itself (Project.image_torch).
+    `reuse`: a model the caller read already, returned when read for the same three."""
+    if reuse is not None and (reuse.entry, reuse.gpu, reuse.image_torch) == (
+        entry,
+        gpu,
+        image_torch,
+    ):
         return reuse
-    project = Project(gpu=gpu)
+    project = Project(gpu=gpu, image_torch=image_torch)
     found = candidates(root)
     installs = [
         rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
@@ -132,6 +196,8 @@ def read_project(
     _locked_torch(root, project)
     find_builds(root, project)
     find_import_paths(root, project)
+    if image_torch:  # whichever reader put them there (requirement files drop their lines)
+        project.inline = [t for t in project.inline if name_of(t) not in image_torch]
     return project
 
 

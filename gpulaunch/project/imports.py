@@ -64,12 +64,18 @@ class Missing:
     def torch_family(self) -> bool:
         return self.suggest in TORCH_FAMILY
 
-    def line(self) -> str:
+    @property
+    def finding(self) -> str:
+        return f"{self.imp.where}: import {self.imp.module} — no dependency provides it"
+
+    @property
+    def fix(self) -> str:
         if self.torch_family:
-            fix = f"add {self.suggest} to image.torch_extras"
-        else:
-            fix = f"add '{self.suggest}' ({ADD_MISSING})"
-        return f"{self.imp.where}: import {self.imp.module} — no dependency provides it; {fix}"
+            return f"add {self.suggest} to image.torch_extras"
+        return f"add '{self.suggest}' ({ADD_MISSING})"
+
+    def line(self) -> str:
+        return f"{self.finding}; {self.fix}"
 
 
 @dataclass
@@ -499,6 +505,22 @@ def missing(
         if not provided.intersection(options):
             out.append(Missing(imp, options[0]))
     return out
+
+
+def entry_gaps(
+    root: Path, project: Project, image: Iterable[str], entries: Iterable[str] | None = None
+) -> tuple[Walk, list[Missing]]:
+    """What `init` and `doctor` say: the walk of `entries` (default: the project's scripts)
+    through the folders the image puts on PYTHONPATH, and the imports nothing provides."""
+    chosen = list(entries) if entries is not None else default_entries(root)
+    found = walk(root, chosen, paths=[folder for folder, _ in project.import_paths])
+    return found, missing(found, project, image)
+
+
+NO_ENTRY = (
+    'no entry point found (a top-level script with `if __name__ == "__main__":`); '
+    "pass --entry FILE to check what one imports"
+)
 
 
 def requirement_lines(found: list[Missing]) -> list[str]:

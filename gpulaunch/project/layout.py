@@ -146,10 +146,25 @@ def find_builds(root: Path, project: Project) -> None:
             )
 
 
-def _packages_in(folder: Path) -> list[str]:
+def _packages_in(folder: Path, namespace: bool = False) -> list[str]:
+    """The packages in `folder`; `namespace`: a folder of modules without `__init__.py`
+    (PEP 420) counts too, as in `src/` where nothing else lives."""
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.is_dir()
+        and not p.is_symlink()
+        and (
+            (p / "__init__.py").is_file()
+            or (namespace and p.name.isidentifier() and _holds_modules(p))
+        )
+    )
+
+
+def _holds_modules(folder: Path) -> bool:
+    return any(True for pattern in ("*.py", "*/*.py") for _ in folder.glob(pattern))
 
 
 def _setup_package_dir(root: Path) -> str | None:
@@ -176,7 +191,7 @@ def find_import_paths(root: Path, project: Project) -> None:
     for folder, why in ((mapped, "setup.py package_dir"), ("src", "a src/ layout")):
         if folder is None or folder == "." or folder.startswith(".."):
             continue
-        packages = _packages_in(root / folder)
+        packages = _packages_in(root / folder, namespace=True)
         if packages:
             shown = ", ".join(packages[:3]) + (", ..." if len(packages) > 3 else "")
             project.import_paths.append((folder, f"{why}: {shown}"))
@@ -235,7 +250,7 @@ def code_folders(root: Path, names: list[str]) -> dict[str, str]:
         if (folder / "__init__.py").is_file():
             kept[name] = f"a Python package ({name}/__init__.py)"
             continue
-        if not any(p for pattern in ("*.py", "*/*.py") for p in folder.glob(pattern)):
+        if not _holds_modules(folder):
             continue  # no modules: the project's imports need not be read at all
         if imported is None:
             imported = imported_names(root)
@@ -278,23 +293,6 @@ def output_notes(root: Path) -> list[str]:
         for n in present
     ]
     return notes + [f"{n}/ stays in the build context: {why}" for n, why in kept.items()]
-
-
-def import_paths(root: Path, entry: str | None = None) -> list[str]:
-    """The folders besides the root that go on PYTHONPATH (`run` sets it as the image does);
-    [] when the project cannot be read (render names why)."""
-    from gpulaunch.errors import ConfigError
-
-    model = Project()
-    find_import_paths(root, model)
-    if entry is not None and model.import_paths:  # unless the entry installs the project
-        from gpulaunch.project.discover import read_project
-
-        try:
-            model = read_project(root, entry)
-        except ConfigError:
-            return []
-    return [p for p, _ in model.import_paths]
 
 
 def keep_code(ignore_text: str, root: Path) -> tuple[str, dict[str, str], list[str]]:

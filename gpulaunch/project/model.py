@@ -96,6 +96,11 @@ class Project:
     # set by the caller before reading: True for a CUDA image (a [gpu]/[cuda] extra is
     # installed), False for a CPU one (a [cpu] extra), None: neither
     gpu: bool | None = None
+    # set by the caller: the torch* distributions the image's own torch step installs and
+    # pins (PIP_CONSTRAINT). The project's requirements on them are weighed (reconcile) but
+    # never handed to pip again, in whatever file they stand: a --torch that overrides the
+    # project's pin then reaches every install path, and pip never sees two torch versions
+    image_torch: frozenset[str] = frozenset()
     variant_where: str | None = None
 
     def pin(self, name: str) -> Dep | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import Project, pick_extra, variant_of_url
+from gpulaunch.project.model import LocalInstall, Project, pick_extra, variant_of_url
 from gpulaunch.project.pyproject import load_toml
 from gpulaunch.project.requirements import read_requirement_texts, read_text
 
@@ -217,7 +217,12 @@ def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> No
     texts = []
     for line in lines:
         req, options = split_options(line)
-        if options:
+        editable = len(options) == 2 and options[0] in ("-e", "--editable")
+        if not req and editable and "://" not in options[1]:
+            # `conda env create` then the project itself: `- -e .` (the path is checked
+            # to be inside the project where its dependencies are read)
+            project.add_local(LocalInstall(options[1], True, f"{rel} pip: {line}"))
+        elif options:
             project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
         elif req:
             texts.append(req)

@@ -14,6 +14,9 @@ from gpulaunch.errors import ConfigError
 from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, pick_extra, variant_of_url
 from gpulaunch.project.requirements import read_requirement_texts, read_text, refuse_credential
 
+# uv's resolution settings: pip constraints when the pyproject is what the image installs
+UV_PINS = ("override-dependencies", "constraint-dependencies")
+
 
 def load_toml(path: Path, shown: str) -> dict[str, Any]:
     try:
@@ -92,6 +95,12 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
                 f"{rel}: optional dependency groups not installed: {', '.join(groups)}"
             )
         _overrides(rel, uv, project)
+    elif keys := [k for k in UV_PINS if uv.get(k)]:
+        installed = project.entry or "no dependency file (image.requirements is not set)"
+        project.notes.append(
+            f"{rel} [tool.uv] {' and '.join(keys)} not applied: the image installs "
+            f"{installed}, not {rel} (set image.requirements: {rel} to apply them)"
+        )
     if poetry:
         _poetry(rel, poetry, project, entry, read_text(root / rel, rel))
     _indexes(rel, data, project)
@@ -189,7 +198,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
     }
     if local_names:  # installed from the tree, not from an index
         project.deps = [d for d in project.deps if d.name not in local_names]
-        project.inline = [t for t in project.inline if _name_of(t) not in local_names]
+        project.inline = [t for t in project.inline if name_of(t) not in local_names]
 
 
 def _on_linux(marker: object) -> bool:
@@ -205,7 +214,7 @@ def _on_linux(marker: object) -> bool:
         return True
 
 
-def _name_of(text: str) -> str:
+def name_of(text: str) -> str:
     from packaging.requirements import Requirement
 
     return canonicalize_name(Requirement(text).name)
@@ -217,7 +226,7 @@ def _overrides(rel: str, uv: dict[str, Any], project: Project) -> None:
     a pip constraint (extras, URLs) is refused; torch* stay gpulaunch's to pin."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    for key in ("override-dependencies", "constraint-dependencies"):
+    for key in UV_PINS:
         texts = uv.get(key)
         for text in texts if isinstance(texts, list) else []:
             where = f"{rel} [tool.uv] {key}"

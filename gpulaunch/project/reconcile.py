@@ -90,6 +90,7 @@ def reconcile(
     pin = project.pin("torch")
     rows = list(rows)
     everything = rows
+    overridden = False  # --torch outside the project's pin: its companion pins yield too
     if pin is not None and pin.specifier and torch is None:
         spec = _spec(pin.specifier, f"{pin.where} torch")
         rows = [r for r in rows if Version(r.torch) in spec]
@@ -102,12 +103,14 @@ def reconcile(
     elif torch is not None:
         if torch != "none":
             rows = [r for r in rows if r.torch == torch or r.torch.startswith(torch + ".")] or rows
-        if (
+        overridden = (
             pin is not None
-            and pin.specifier
+            and bool(pin.specifier)
             and torch != "none"
             and not any(Version(r.torch) in _spec(pin.specifier, "torch") for r in rows)
-        ):
+        )
+        if overridden:
+            assert pin is not None
             choice.warnings.append(
                 f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
             )
@@ -119,7 +122,7 @@ def reconcile(
             _no_variant(project, variant, rows, torch, python)
         rows = with_variant
     rows = _python_rows(project, rows, python, choice)
-    rows = _companion_rows(project, rows, choice)
+    rows = rows if overridden else _companion_rows(project, rows, choice)
     trusted = [r for r in rows if r.confidence != "low"] or rows
     if cuda != "cpu" and variant != "cpu":
         # never a default whose CUDA builds are all unverified or whose images all carry an
@@ -136,7 +139,7 @@ def reconcile(
     if variant is not None:
         choice.cuda = cuda_of_variant(variant)
     choice.python = _pick_python(project, best, python, default_python(best.torch, choice.cuda))
-    _companions(project, best, choice)
+    _companions(project, best, choice, overridden)
     return choice
 
 
@@ -299,14 +302,28 @@ def _exact(spec: str) -> str | None:
     return None
 
 
-def _companions(project: Project, row: Row, choice: Choice) -> None:
+def _companions(project: Project, row: Row, choice: Choice, overridden: bool) -> None:
+    """The project's torchvision/torchaudio: its exact pin is kept (with a warning when the
+    catalog pairs another), unless --torch overrode its torch pin, to which its companion
+    pins were tied: then they yield to the catalog's pairing with the new torch too."""
     for name in ("torchvision", "torchaudio"):
         dep = project.pin(name)
         if dep is None:
             continue
         paired = getattr(row, name)
         exact = _exact(dep.specifier)
-        if exact is not None and exact != paired:
+        if (
+            overridden
+            and dep.specifier
+            and paired
+            and Version(paired) not in _spec(dep.specifier, f"{dep.where} {name}")
+        ):
+            choice.extras.append(name)
+            choice.warnings.append(
+                f"--torch {row.torch} overrides the project's {name}{dep.specifier} "
+                f"({dep.where}) too: {name} {paired}, the catalog's pairing"
+            )
+        elif exact is not None and exact != paired:
             choice.pins[name] = exact
             what = f"the catalog's pairing {paired}" if paired else "no pairing in the catalog"
             choice.warnings.append(

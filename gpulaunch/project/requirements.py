@@ -273,6 +273,8 @@ class _Reader:
             self.project.not_understood.append(reason)
             return
         name = req.name
+        if name in self.project.image_torch:
+            record.drop.append((line.first, line.last))  # the image's torch step has it
         if role == "c":  # constraints install nothing, but a torch one binds the choice
             if name == "torch" and req.specifier:
                 why = f"{where} (constraint torch{req.specifier})"
@@ -287,7 +289,7 @@ class _Reader:
                     digits = wheel[2][2:]
                     self.project.set_python(f"=={digits[0]}.{digits[1:]}.*", f"{where} (wheel)")
             self.project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")
-            if name in TORCH_FAMILY:
+            if name in TORCH_FAMILY and name not in self.project.image_torch:
                 record.drop.append((line.first, line.last))  # gpulaunch installs torch itself
         if name == "torch":
             self.project.set_variant(variant_of_version(spec), f"{where} (torch{spec})")

@@ -57,7 +57,7 @@ ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install torch==2.2.2 torchvision==0.17.2 opencv-python-headless==4.9.0.80 einops
+    pip install opencv-python-headless==4.9.0.80 einops
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \

@@ -52,7 +52,7 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-RUN pip install --no-cache-dir torch==2.2.2 torchvision==0.17.2 opencv-python-headless==4.9.0.80 einops
+RUN pip install --no-cache-dir opencv-python-headless==4.9.0.80 einops
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \

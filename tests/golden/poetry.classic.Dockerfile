@@ -52,7 +52,7 @@ RUN mkdir -p /opt/gpulaunch \
 ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
-RUN pip install --no-cache-dir torch==2.1.0+cu118 'numpy>=1.24,<2' 'einops>=0.7,<0.8'
+RUN pip install --no-cache-dir 'numpy>=1.24,<2' 'einops>=0.7,<0.8'
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \

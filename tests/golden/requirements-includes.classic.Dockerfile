@@ -55,7 +55,7 @@ ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 COPY ["workspace/requirements.txt", "/opt/gpulaunch/req/requirements.txt"]
 COPY ["workspace/requirements/base.txt", "/opt/gpulaunch/req/requirements/base.txt"]
 COPY ["workspace/requirements/constraints.txt", "/opt/gpulaunch/req/requirements/constraints.txt"]
-RUN sed -i -e 4d /opt/gpulaunch/req/requirements.txt && pip install --no-cache-dir -r /opt/gpulaunch/req/requirements.txt tqdm
+RUN sed -i -e 4d /opt/gpulaunch/req/requirements.txt && sed -i -e 2d -e 3d /opt/gpulaunch/req/requirements/base.txt && pip install --no-cache-dir -r /opt/gpulaunch/req/requirements.txt tqdm
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \

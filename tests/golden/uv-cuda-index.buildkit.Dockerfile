@@ -60,7 +60,7 @@ ENV PIP_CONSTRAINT=/opt/gpulaunch/constraints.txt
 
 # 4. Project requirements (third-party only; local packages follow the project copy)
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install 'torch>=2.7,<2.8' numpy
+    pip install numpy
 
 # 5. Non-root user (uid/gid are build args; gpulaunch passes the host's) and project code last
 RUN (getent group "$GL_GID" >/dev/null || groupadd -g "$GL_GID" gl) \

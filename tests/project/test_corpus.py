@@ -135,7 +135,9 @@ SHAPES = [
         cuda="12.8",
         python="3.12",
         notes=["[tool.uv.sources] torch", "found: pyproject.toml (PEP 621, uv)"],
-        render=["whl/cu128", "'torch>=2.7' numpy"],
+        # torch is the image's torch step's (its pin weighed by init), never asked again
+        render=["whl/cu128", "pip install --no-cache-dir numpy"],
+        absent=["'torch>=2.7'"],
     ),
     Shape(
         "nanochat-uv-markers",
@@ -221,8 +223,7 @@ SHAPES = [
             "requirements.in": "torch==2.2.2\n",
         },
         torch="2.2.2",
-        render=["-r /opt/gpulaunch/req/requirements.txt"],
-        absent=["sed -i"],
+        render=["sed -i -e 8,9d /opt/gpulaunch/req/requirements.txt && ", "-r /opt/gpulaunch/req"],
     ),
     Shape(
         "direct-wheel-url",
@@ -249,7 +250,7 @@ SHAPES = [
         },
         torch="2.1.2",
         notes=["requirements.txt:3: sd-scripts is installed after the project is copied"],
-        render=["sed -i -e 3d", "--no-deps -e /workspace/sd-scripts", " safetensors"],
+        render=["sed -i -e 2d -e 3d", "--no-deps -e /workspace/sd-scripts", " safetensors"],
         order=["-r /opt/gpulaunch/req/requirements.txt", "COPY --chown", "--no-deps -e"],
     ),
     Shape(
@@ -275,7 +276,7 @@ SHAPES = [
         },
         torch="2.0.1",
         notes=["found: setup.cfg (setuptools [options])"],
-        render=["'torch>=2.0,<2.1' numpy", "--no-deps -e /workspace"],
+        render=["pip install --no-cache-dir numpy", "--no-deps -e /workspace"],
     ),
     Shape(
         "pipfile-index",
@@ -345,7 +346,7 @@ SHAPES = [
         },
         torch="2.7.1",
         notes=["optional dependency groups not installed: aloha, dev"],
-        render=["'torch>=2.2.1,<2.8.0' datasets", "--no-deps -e /workspace"],
+        render=["pip install --no-cache-dir datasets", "--no-deps -e /workspace"],
     ),
     Shape(
         "src-layout-editable",
@@ -358,6 +359,89 @@ SHAPES = [
         },
         torch="2.6.0",
         render=["sed -i -e 2d", "-r /opt/gpulaunch/req/requirements.txt tqdm", "-e /workspace"],
+    ),
+    # issue 31 §5: the classes that are gpulaunch's own
+    Shape(
+        "setup-cfg-tool-settings-only",
+        {
+            "setup.cfg": "[flake8]\nmax-line-length = 120\n\n[tool:pytest]\naddopts = -q\n",
+            "setup.py": "from setuptools import setup\nsetup(name='t', version='0', packages=['t'],"
+            " install_requires=['torch==2.4.1', 'numpy', 'einops'])\n",
+            "t/__init__.py": "",
+        },
+        torch="2.4.1",
+        notes=["found: setup.py (setuptools setup())", "installing the dependencies of setup.py"],
+        render=["pip install --no-cache-dir numpy einops", "--no-deps -e /workspace"],
+        absent=["setup.cfg"],
+    ),
+    Shape(
+        "namespace-package-under-src",
+        {
+            "requirements.txt": "torch\nnumpy\n",
+            "src/nspkg/data/loader.py": "import numpy\n",
+            "train.py": "from nspkg.data import loader\n\nif __name__ == '__main__':\n    loader\n",
+        },
+        notes=[
+            "/workspace/src goes on PYTHONPATH (a src/ layout: nspkg)",
+            "imports: every third-party import of train.py is provided",
+        ],
+        render=["ENV PYTHONPATH=/workspace:/workspace/src"],
+    ),
+    Shape(
+        "environment-yml-beside-setup-py",
+        {
+            "environment.yml": "name: e\ndependencies:\n  - python=3.10\n  - pip\n"
+            "  - pytorch=2.1.2\n  - pip:\n    - einops==0.7.0\n    - lpips\n",
+            "setup.py": "from setuptools import setup\nsetup(name='e', packages=['e'])\n",
+            "e/__init__.py": "",
+        },
+        torch="2.1.2",
+        python="3.10",
+        notes=["found: environment.yml (conda environment)", "its packages (e) import from"],
+        render=["pip install --no-cache-dir einops==0.7.0 lpips"],
+    ),
+    Shape(
+        "environment-yml-installing-its-setup-py",
+        {
+            "environment.yml": "dependencies:\n  - python=3.10\n  - pytorch=2.1.2\n  - pip:\n"
+            "    - einops\n    - -e .\n",
+            "setup.py": "from setuptools import setup\nsetup(name='e', packages=['e'], "
+            "install_requires=['lpips'])\n",
+            "e/__init__.py": "",
+        },
+        torch="2.1.2",
+        notes=["the project itself is installed (pip install --no-deps -e /workspace)"],
+        render=["pip install --no-cache-dir einops lpips", "--no-deps -e /workspace"],
+    ),
+    Shape(
+        "uv-overrides-of-a-pyproject-not-installed",
+        {
+            "requirements.txt": "torch\nnumpy\n",
+            "pyproject.toml": '[project]\nname = "o"\nversion = "0"\n'
+            '[tool.uv]\noverride-dependencies = ["numpy<2"]\n',
+        },
+        notes=[
+            "pyproject.toml [tool.uv] override-dependencies not applied: the image installs "
+            "requirements.txt, not pyproject.toml (set image.requirements: pyproject.toml to "
+            "apply them)"
+        ],
+        absent=["numpy<2"],
+    ),
+    Shape(
+        "nested-example-requirements",
+        {
+            "requirements.txt": "torch\n",
+            "examples/foo/requirements.txt": "einops\n",
+            "examples/foo/run.py": "import einops\n",
+            "examples/bar/requirements-dev.txt": "pytest\n",
+            "node_modules/x/requirements.txt": "never-read\n",
+        },
+        notes=[
+            "examples/bar/requirements-dev.txt: pip requirements the image does not install; "
+            "to install them, add `-r examples/bar/requirements-dev.txt` to requirements.txt",
+            "examples/foo/requirements.txt: pip requirements the image does not install; "
+            "to install them, add `-r examples/foo/requirements.txt` to requirements.txt",
+        ],
     ),
 ]
 
@@ -445,3 +529,22 @@ def test_refused_with_the_reason(
     assert message in info.value.message
     assert "\n" not in info.value.message
     assert not (tmp_path / "gpulaunch.yaml").exists()
+
+
+def test_a_nested_requirements_name_with_control_characters_is_never_shown(
+    tmp_path: Path,
+) -> None:
+    """init prints each nested requirements file's path: one whose name holds an escape
+    sequence or a line separator is left out, never printed."""
+    files = {
+        "requirements.txt": "torch\n",
+        "examples/a/requirements\x1b[2J.txt": "x\n",
+        "examples/b/requirements\u2028.txt": "x\n",
+        "examples/c/requirements.txt": "einops\n",
+    }
+    notes, _, _ = _init(tmp_path, files)
+    shown = [n for n in notes if "the image does not install" in n]
+    assert shown == [
+        "examples/c/requirements.txt: pip requirements the image does not install; to install "
+        "them, add `-r examples/c/requirements.txt` to requirements.txt"
+    ]
