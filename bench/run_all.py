@@ -54,7 +54,8 @@ NOT_MET = {
     "render vs typer": (
         "Done: the config comes from the validated-config cache (`~/.cache/gpulaunch/config/`, "
         "no pydantic or yaml), the docker CLI probe's answer from `~/.cache/gpulaunch/"
-        "docker-cli.json`, and the templates come compiled (`templates/compiled.json`). What "
+        "docker-cli.json`, and the templates come compiled (jinja2's bytecode cache in "
+        "`~/.cache/gpulaunch/templates/`, written by `render` and builds). What "
         "is left: jinja2's runtime (about 20 ms), image.render and the resolver, catalog and "
         "project modules it needs (about 40 ms), resolving and rendering (about 20 ms)."
     ),
@@ -69,8 +70,8 @@ NOT_MET = {
     ),
     "run --gpus 4 --dry-run vs typer": (
         "Done: the validated-config cache, the validated built-in profiles and NCCL presets, the "
-        "saved docker CLI probe answer (read, never written, by a dry run) and the compiled "
-        "templates. What is left is what `render` pays, the docker_api/runspec modules the "
+        "saved docker CLI probe answer and the compiled templates (both read, never written, by a "
+        "dry run). What is left is what `render` pays, the docker_api/runspec modules the "
         "builder choice and the run plan need, and the launch plan (profiles, presets, NUMA)."
     ),
     "init (big project) vs gpulaunch --help": (
@@ -148,13 +149,14 @@ NOTES = [
     "version and kernel, for a day), and `gpulaunch/data/json/` (JSON copies of the shipped "
     "YAML data, used only when their sha256 names the exact text), "
     "`~/.cache/gpulaunch/docker-cli.json` (the docker CLI probe's answer, for a day, by the "
-    "docker binaries, plugins and DOCKER_* variables) and `templates/compiled.json` (the "
-    "templates as jinja2 compiles them, used only when their sha256 names the exact text). "
+    "docker binaries, plugins and DOCKER_* variables) and `~/.cache/gpulaunch/templates/` "
+    "(jinja2's own bytecode cache: used only when compiled from the exact text by this jinja2 "
+    "and Python, with the same options). "
     "`~/.cache/gpulaunch/config/` (the validated config, sealed with the record key, by the "
     "file's bytes, path, overrides and gpulaunch's code) and `gpulaunch/data/json/"
     "validated.json` (the built-in profiles and NCCL presets as the models validate them, "
     "used only when its hash names config.py and the data files). `--dry-run` reads "
-    "docker-cli.json and the config cache and writes none.",
+    "docker-cli.json, the config cache and the compiled templates and writes none.",
     "gpulaunch's modules are compiled to .pyc before timing (`compile_like_an_install`), as "
     "pip does when it installs the wheel; the baseline's typer and docker have theirs. These "
     "sessions set PYTHONDONTWRITEBYTECODE=1, so without it every gpulaunch module would be "

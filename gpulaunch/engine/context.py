@@ -358,26 +358,71 @@ def _open_entry(project: Path, entry: Entry) -> IO[bytes]:
 
 
 def mirror(project: Path, entries: list[Entry], dest: Path) -> None:
-    """A folder holding exactly `entries` (hard links where possible, else copies), each at
-    its place (`Entry.sent_as`), and CODE_DIR even when empty: the context BuildKit receives,
-    so it gets what was hashed whatever the CLI's own rules."""
-    (dest / CODE_DIR).mkdir(exist_ok=True)
-    (dest / CODE_DIR).chmod(0o755)
+    """Make the folder `dest` hold exactly `entries`, each at its place (`Entry.sent_as`), and
+    CODE_DIR even when empty: the context BuildKit receives, so it gets what was hashed
+    whatever the CLI's own rules.
+
+    `dest` is kept from build to build: a file of KNOWN_MIN_BYTES or more (a wheel) is a hard
+    link, kept while it is still the project's file (the same inode), so its ctime, which the
+    tag cache and the content digests key on, is left alone; everything else found there is
+    removed (no link in it followed) and made again: small files are fresh copies."""
+    wanted = {CODE_DIR: Entry(CODE_DIR, "dir", 0o755)}
     for entry in entries:
-        target = dest / entry.sent_as
-        target.parent.mkdir(parents=True, exist_ok=True)
+        parts = entry.sent_as.split("/")
+        for i in range(1, len(parts)):  # folders above an entry that no entry names
+            wanted.setdefault("/".join(parts[:i]), Entry("", "dir", 0o755))
+        wanted[entry.sent_as] = entry
+    kept = _sweep(project, dest, "", wanted)
+    for name, entry in sorted(wanted.items()):
+        target = dest / name
         if entry.kind == "dir":
             target.mkdir(exist_ok=True)
             target.chmod(entry.mode)
         elif entry.kind == "link":
             os.symlink(entry.link, target)
-        else:
-            try:
-                os.link(project / entry.rel, target, follow_symlinks=False)
-            except OSError:
+        elif name not in kept:
+            st = os.lstat(project / entry.rel)
+            if st.st_size < KNOWN_MIN_BYTES or not _linked(project / entry.rel, target):
                 with _open_entry(project, entry) as src, open(target, "xb") as out:
                     shutil.copyfileobj(src, out, _CHUNK)
-                target.chmod(entry.mode)
+                    os.fchmod(out.fileno(), entry.mode)
+                    os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _sweep(project: Path, folder: Path, prefix: str, wanted: Mapping[str, Entry]) -> set[str]:
+    """Remove from `folder` all but the folders `wanted` names and the links of big project
+    files an earlier build made (still the same file); the names of the links kept."""
+    kept: set[str] = set()
+    with os.scandir(folder) as it:
+        items = list(it)
+    for item in items:
+        entry = wanted.get(prefix + item.name)
+        if item.is_dir(follow_symlinks=False):
+            if entry is not None and entry.kind == "dir":
+                kept |= _sweep(project, Path(item.path), prefix + item.name + "/", wanted)
+            else:
+                shutil.rmtree(item.path)
+        elif entry is not None and entry.kind == "file" and _same(project / entry.rel, item):
+            kept.add(prefix + item.name)
+        else:
+            os.unlink(item.path)
+    return kept
+
+
+def _same(source: Path, item: os.DirEntry[str]) -> bool:
+    try:
+        st = item.stat(follow_symlinks=False)
+        return st.st_size >= KNOWN_MIN_BYTES and os.path.samestat(st, os.lstat(source))
+    except OSError:
+        return False
+
+
+def _linked(source: Path, target: Path) -> bool:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def write_tar(out: IO[bytes], project: Path, entries: list[Entry], extra: dict[str, str]) -> None:

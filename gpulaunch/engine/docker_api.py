@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpulaunch.engine import replies
+from gpulaunch.engine import failures, refusals
 from gpulaunch.engine.buildspec import (
     CLASSIC_DOCKERFILE,
     Builder,
@@ -28,8 +28,9 @@ from gpulaunch.engine.buildspec import (
     secret_links,
     sigterm_raises,
 )
+from gpulaunch.engine.cliprobe import probe_cli
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.replies import from_transport, probe_cli, short_text, stalls_raise
+from gpulaunch.engine.failures import from_transport, short_text, stalls_raise
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -217,14 +218,14 @@ class Engine:
 
     def refused_ulimits(self) -> set[str]:
         """The ulimits this engine refused on an earlier run (remembered for a day)."""
-        return replies.refused_ulimits(self.identity())
+        return refusals.refused_ulimits(self.identity())
 
     def remember_refused_ulimit(self, name: str) -> None:
-        replies.remember_refused_ulimit(self.identity(), name)
+        refusals.remember_refused_ulimit(self.identity(), name)
 
     def api_timeout(self) -> float:
         """Deadline of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
-        return replies.api_timeout(self.env)
+        return failures.api_timeout(self.env)
 
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""
@@ -272,7 +273,7 @@ class Engine:
 
     def builder_key(self) -> tuple[object, ...]:
         """What `builder_kind` depends on, without probing (for the tag cache's key)."""
-        from gpulaunch.engine.replies import cli_key
+        from gpulaunch.engine.cliprobe import cli_key
 
         podman = self.podman_cli()
         return (*cli_key(self._cli_env()), None if podman is None else podman.path)
@@ -297,6 +298,18 @@ class Engine:
         except ApiError as err:
             raise EngineError(f"image {ref}: {short_text(err)}") from None
         return None if image is None else image.id
+
+    def image_layers(self, ref: str) -> list[str]:
+        """The image's layer digests, base first (RootFS.Layers); [] when there is none."""
+        from gpulaunch.engine.api.containers import inspect_image
+        from gpulaunch.engine.api.http import ApiError
+
+        try:
+            image = inspect_image(self.api(), ref)
+        except ApiError as err:
+            raise EngineError(f"image {ref}: {short_text(err)}") from None
+        layers = [] if image is None else (image.attrs.get("RootFS") or {}).get("Layers")
+        return [str(layer) for layer in layers] if isinstance(layers, list) else []
 
     def remove_if_dangling(self, image_id: str) -> None:
         """Remove an image gpulaunch built that a rebuild left without any tag."""
@@ -374,12 +387,13 @@ class Engine:
 
     def _build_cli(self, cli: DockerCli, req: BuildRequest, on_line: Callable[[str], None]) -> None:
         """BuildKit through the docker CLI. Its context is a private folder holding exactly
-        the hashed entries (hard links into the project), in `.gpulaunch/`: the CLI's own
-        .dockerignore handling never sees the project, and nothing else is sent.
+        the hashed entries (`context.mirror`), in `.gpulaunch/`: the CLI's own .dockerignore
+        handling never sees the project, and nothing else is sent.
 
-        The folder is the same path every build (`build-context`, under a lock; a concurrent
-        build of the project takes a fresh one): BuildKit keys its incremental transfer by the
-        context's path, so an unchanged wheelhouse is not sent again after a source edit."""
+        The folder is the same path every build, kept between builds (`build-context`, under
+        a lock; a concurrent build of the project takes a fresh one): BuildKit keys its
+        incremental transfer by the context's path, so an unchanged wheelhouse is not sent
+        again after a source edit, and its links are not made again."""
         import tempfile
 
         from gpulaunch.fsio import make_dirs
@@ -477,25 +491,24 @@ class Engine:
         for extra_tag in req.tags[1:]:
             self.tag(req.tags[0], extra_tag)
 
-    # -- prune: the project's older images (the docker SDK, `image/prune.py` decides) ----
-    def _sdk_call(self, what: str, call: Callable[[Any], Any]) -> Any:
-        """`call(client.api)` with the API deadline; an engine error is EngineError "WHAT: …"."""
-        import requests
-        from docker.errors import DockerException
-
+    # -- prune: the project's older images (`image/prune.py` decides) -------------------
+    def _listed(self, what: str, path: str, query: dict[str, Any]) -> Any:
+        """GET `path` through the stdlib client: `build` lists images after every new image
+        (prune's notice), and the SDK's import would cost it more than the answer. An engine
+        error is EngineError "WHAT: …"."""
         try:
-            return call(self.client().api)
-        except (DockerException, requests.RequestException) as err:
+            return self.api().call("GET", path, query)
+        except EngineError as err:
             raise EngineError(f"{what}: {short_text(err)}") from None
 
     def managed_images(self) -> list[dict[str, Any]]:
         """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
         one dict each: id, tags, created (seconds), size (bytes, shared layers included),
         labels. Which of them a project owns is `image.prune.owned`'s rule, not this list's."""
-        rows = self._sdk_call(
-            "cannot list images",
-            lambda api: api.images(filters={"label": f"{MANAGED_LABEL}=true"}),
-        )
+        import json
+
+        label = json.dumps({"label": [f"{MANAGED_LABEL}=true"]})
+        rows = self._listed("cannot list images", "/images/json", {"filters": label})
         found = []
         for row in rows or []:
             if not isinstance(row, dict):
@@ -523,7 +536,7 @@ class Engine:
     def image_users(self) -> list[dict[str, str]]:
         """Every container in the engine, in any state and whoever made it, with the id of the
         image it uses (name, state, image_id): an image one of them uses is never pruned."""
-        rows = self._sdk_call("cannot list containers", lambda api: api.containers(all=True))
+        rows = self._listed("cannot list containers", "/containers/json", {"all": 1})
         found = []
         for row in rows or []:
             if not isinstance(row, dict):
@@ -748,10 +761,12 @@ def attach_output(container: Any, stream: str) -> Iterator[bytes]:
 
 @contextlib.contextmanager
 def _context_folder(state: Path) -> Iterator[Path]:
-    """`state/build-context`, emptied, while this process holds its lock; a fresh temp folder
-    in `state` when another build holds it or the name is not a plain folder. Removed after."""
+    """`state/build-context` while this process holds its lock, kept from build to build
+    (`context.mirror` makes it hold exactly what is sent); a fresh temp folder in `state`,
+    removed after, when another build holds it or it cannot be made."""
     import fcntl
     import shutil
+    import stat
     import tempfile
 
     from gpulaunch.fsio import open_stream
@@ -760,13 +775,15 @@ def _context_folder(state: Path) -> Iterator[Path]:
     with open_stream(state / "build-context.lock", root=state.parent, append=True) as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.path.lexists(stable):
-                shutil.rmtree(stable)  # refuses a link (OSError): then a fresh folder
-            stable.mkdir(mode=0o700)
-            folder = stable
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISDIR(os.lstat(stable).st_mode):
+                    os.unlink(stable)  # a planted link or file: never followed
+            os.makedirs(stable, mode=0o700, exist_ok=True)
+            folder, temporary = stable, False
         except OSError:
-            folder = Path(tempfile.mkdtemp(prefix="build-context-", dir=state))
+            folder, temporary = Path(tempfile.mkdtemp(prefix="build-context-", dir=state)), True
         try:
             yield folder
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            if temporary:
+                shutil.rmtree(folder, ignore_errors=True)

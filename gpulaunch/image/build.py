@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder, BuildRequest, DockerCli
+from gpulaunch.engine.cliprobe import remember_probes
 from gpulaunch.engine.context import (
     CODE_DIR,
     INPUTS_DIR,
@@ -38,7 +39,6 @@ from gpulaunch.engine.context import (
     scan,
 )
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
-from gpulaunch.engine.replies import remember_probes
 from gpulaunch.errors import BuildError, ConfigError
 from gpulaunch.fsio import open_stream
 from gpulaunch.masking import mask
@@ -249,15 +249,20 @@ class PreparedBuild:
 
 
 def prepare_build(
-    config: ProjectConfig, project: Path, builder: Builder, opts: BuildOptions
+    config: ProjectConfig,
+    project: Path,
+    builder: Builder,
+    opts: BuildOptions,
+    remember: bool = False,
 ) -> PreparedBuild:
-    """Render, list the context, scan it for secret shapes, hash; writes nothing and asks no
-    daemon (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`)."""
+    """Render, list the context, scan it for secret shapes, hash; asks no daemon and, unless
+    `remember` (a build: the templates jinja2 compiled go to the user cache), writes nothing
+    (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`)."""
     from gpulaunch.image.render import plan_image, render_dockerfile
     from gpulaunch.outside.git import published
 
     plan = plan_image(config, project, builder)
-    dockerfile = render_dockerfile(plan)
+    dockerfile = render_dockerfile(plan, remember)
     ignore = read_dockerignore(project)
     args = build_args()
     never = _never_sent(config, project, opts)
@@ -377,7 +382,7 @@ def run_build(
     builder: Builder = opts.builder or engine.builder_kind()
     remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
-    prepared = prepare_build(config, project, builder, opts)
+    prepared = prepare_build(config, project, builder, opts, remember=True)
     remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:

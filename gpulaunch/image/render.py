@@ -6,6 +6,7 @@ versions, packages and quoting is made here, so templates hold layout only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -27,10 +28,12 @@ from gpulaunch.image.request import (
 from gpulaunch.image.request import image_request as image_request  # its old home
 from gpulaunch.image.request import summarize as summarize
 from gpulaunch.image.resolver import resolve
-from gpulaunch.project import layout
+from gpulaunch.project import layout, pythonpath
+from gpulaunch.project.model import TORCH_FAMILY
 
 if TYPE_CHECKING:
-    from jinja2 import Environment
+    from jinja2 import BytecodeCache, Environment
+    from jinja2.bccache import Bucket
 
     from gpulaunch.config import ProjectConfig
     from gpulaunch.project.model import Project
@@ -55,29 +58,11 @@ def dockerfile_string(value: str) -> str:
     return f'"{escaped}"'
 
 
-def _environment() -> Environment:
+def _environment(remember: bool = False) -> Environment:
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    class Loader(FileSystemLoader):
-        """Takes a template's code from COMPILED when it was compiled from this very text with
-        these options (else compiles it, as jinja2 would): no Jinja compile per process."""
-
-        copies: dict[str, Any] | None = None
-
-        def load(self, environment: Environment, name: str, globals: Any = None) -> Any:
-            source, filename, uptodate = self.get_source(environment, name)
-            if self.copies is None:
-                self.copies = _compiled_copies(compile_options(environment))
-            copy = self.copies.get(name)
-            if isinstance(copy, dict) and copy.get("sha256") == _sha256(source):
-                code = compile(str(copy.get("code")), filename or "<template>", "exec")
-            else:
-                code = environment.compile(source, name, filename)
-            cls = environment.template_class
-            return cls.from_code(environment, code, globals or {}, uptodate)
-
     env = Environment(
-        loader=Loader(template_root()),
+        loader=FileSystemLoader(template_root()),
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -86,37 +71,58 @@ def _environment() -> Environment:
     env.filters["shquote"] = lambda v: shlex.quote(str(v))
     env.filters["jsonstr"] = lambda v: json.dumps(str(v))
     env.filters["dockerstr"] = lambda v: dockerfile_string(str(v))
+    env.bytecode_cache = _template_cache(compile_options(env), remember)
     return env
 
 
-COMPILED = "compiled.json"  # beside the templates; written by dev/compile-templates
-_LEXER = ("block_start_string", "block_end_string", "variable_start_string",
-          "variable_end_string", "comment_start_string", "comment_end_string",
-          "line_statement_prefix", "line_comment_prefix", "trim_blocks", "lstrip_blocks",
-          "newline_sequence", "keep_trailing_newline", "autoescape", "optimized")  # fmt: skip
+TEMPLATE_CACHE = "templates"  # below the user cache: jinja2's compiled templates
+_TEMPLATE_CACHE_BYTES = 1 << 20
+_CODEGEN = ("block_start_string", "block_end_string", "variable_start_string",
+            "variable_end_string", "comment_start_string", "comment_end_string",
+            "line_statement_prefix", "line_comment_prefix", "trim_blocks", "lstrip_blocks",
+            "newline_sequence", "keep_trailing_newline", "autoescape", "optimized")  # fmt: skip
 
 
 def compile_options(env: Environment) -> str:
-    """What jinja2's code for a template depends on besides its text."""
+    """What jinja2's code for a template depends on besides its text and Python's version."""
     from jinja2 import __version__ as jinja
 
-    return repr([jinja, *(getattr(env, k) for k in _LEXER), sorted(env.extensions)])
+    return repr([jinja, *(getattr(env, k) for k in _CODEGEN), sorted(env.extensions)])
 
 
-def _compiled_copies(options: str) -> dict[str, Any]:
-    """{template name: {sha256 of its text, code}} when compiled with `options`, else {}."""
-    try:
-        data = json.loads((template_root() / COMPILED).read_bytes())
-    except (OSError, ValueError):
-        return {}
-    ok = isinstance(data, dict) and data.get("options") == options
-    return data.get("templates", {}) if ok and isinstance(data.get("templates"), dict) else {}
+def _template_cache(options: str, remember: bool) -> BytecodeCache:
+    """jinja2's own bytecode cache, kept in the user cache ($XDG_CACHE_HOME/gpulaunch/
+    templates/), so a render compiles no template a build compiled before. jinja2 takes a
+    template's code from it only when compiled from this very text (its checksum) by this
+    Python (its magic); the key adds the template's file, jinja2's version and the options
+    above, so a stale, foreign or corrupt entry only means compiling again. Read by every
+    render, written (through fsio) only when `remember`: by builds, never by a dry run.
+    Compiled templates are code: they live in the user's own cache, which no container
+    mounts, never in the project."""
+    from jinja2 import BytecodeCache
 
+    from gpulaunch.errors import GpulaunchError
+    from gpulaunch.fsio import cache_dir, cache_root, read_back, write_file
 
-def _sha256(text: str) -> str:
-    import hashlib
+    folder = cache_dir() / TEMPLATE_CACHE
 
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    class UserCache(BytecodeCache):
+        def get_cache_key(self, name: str, filename: str | None = None) -> str:
+            return super().get_cache_key(name, f"{filename}\0{options}")
+
+        def load_bytecode(self, bucket: Bucket) -> None:
+            try:
+                bucket.bytecode_from_string(read_back(folder / bucket.key, _TEMPLATE_CACHE_BYTES))
+            except Exception:  # missing, a link, corrupt: compile
+                bucket.reset()
+
+        def dump_bytecode(self, bucket: Bucket) -> None:
+            if remember:  # a failed write only means compiling again
+                with contextlib.suppress(GpulaunchError, OSError):
+                    code = bucket.bytecode_to_string()
+                    write_file(folder / bucket.key, code, root=cache_root(), force=True, mode=0o600)
+
+    return UserCache()
 
 
 @dataclass(frozen=True)
@@ -217,12 +223,17 @@ def plan_image(
         link["source"] = context_path(link["source"], inputs)
 
     archs = resolved.cuda_archs if resolved.cuda or resolved.flavor == "ngc" else None
-    entry = img.requirements
-    deps = _dependencies(project_dir, entry, required, archs, known, mounted) if entry else None
-    check_image_env(dict(img.env))
-
     companions = {"torchvision": img.torchvision, "torchaudio": img.torchaudio}
     torch_install = _torch_install(resolved, list(img.torch_extras), companions)
+    # the torch* the image installs and pins: the project's own pins on them are not installed
+    owned = TORCH_FAMILY if resolved.flavor == "ngc" else [t.split("==")[0] for t in torch_install]
+    entry = img.requirements
+    deps = (
+        _dependencies(project_dir, entry, required, archs, known, mounted, frozenset(owned))
+        if entry
+        else None
+    )
+    check_image_env(dict(img.env))
     links_flags = _links_flags(config, links)
     if img.pip.no_index or resolved.torch_index_url is None:
         torch_flags = links_flags
@@ -260,7 +271,7 @@ def plan_image(
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
-    import_paths = deps.import_paths if deps else layout.import_paths(project_dir)
+    import_paths = deps.import_paths if deps else pythonpath.import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
         "gl_version": __version__,
@@ -399,6 +410,7 @@ def _dependencies(
     archs: Archs,
     known: Project | None,
     mounted: dict[str, str],
+    image_torch: frozenset[str] = frozenset(),
 ) -> _Dependencies:
     """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read;
     `mounted`: wheelhouse folders -> where pip steps see them (a local wheel there is
@@ -414,7 +426,7 @@ def _dependencies(
 
         strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        model = read_project(project_dir, entry, archs is not None, reuse=known)
+        model = read_project(project_dir, entry, archs is not None, known, image_torch)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise
@@ -534,11 +546,12 @@ def driver_note(resolved: ResolvedImage) -> list[str]:
     ]
 
 
-def render_dockerfile(plan: ImagePlan) -> str:
+def render_dockerfile(plan: ImagePlan, remember: bool = False) -> str:
+    """The Dockerfile; `remember`: keep the templates compiled now in the user cache."""
     from jinja2 import TemplateError
 
     try:
-        text = _environment().get_template("Dockerfile.j2").render(plan.context)
+        text = _environment(remember).get_template("Dockerfile.j2").render(plan.context)
     except TemplateError as err:  # a broken template is our bug, but say which
         raise ConfigError(f"template error: {err}") from None
     # Collapse runs of blank lines left by skipped sections.

@@ -77,12 +77,6 @@ def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def templates() -> Path:
-    """render.template_root's answer without importing render (and the catalog with it)."""
-    packaged = _PACKAGE / "templates"
-    return packaged if packaged.is_dir() else _PACKAGE.parent / "templates"
-
-
 def key(
     config: ProjectConfig,
     project: Path,
@@ -94,6 +88,7 @@ def key(
 ) -> str:
     """Everything but the context entries that the tag depends on, hashed."""
     from gpulaunch.catalog.overlay import overlay_paths
+    from gpulaunch.image.build import templates_dir
 
     overlays = []
     for path in overlay_paths():
@@ -105,7 +100,7 @@ def key(
     facts = {
         "v": __version__,
         "package": _tree_stat(_PACKAGE),
-        "templates": _tree_stat(templates()),
+        "templates": _tree_stat(templates_dir()),
         "overlays": overlays,
         "config": config.model_dump(mode="json"),
         "project": os.path.abspath(project),
@@ -132,17 +127,6 @@ def _stats(project: Path, entries: Sequence[Entry]) -> list[list[Any]] | None:
              st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         )  # fmt: skip
     return out
-
-
-def _rules(
-    ignore: str,
-    project: Path,
-    required: Sequence[str],
-    never: Sequence[str],
-    outputs: Sequence[str],
-) -> Any:
-    user = parse_rules(ignore, str(project / ".dockerignore"))
-    return effective_rules(user, required, never, outputs)
 
 
 def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
@@ -173,7 +157,8 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         # an output folder that became code (or stopped being it) changes the rules
         if list(outputs) != output_folders(project)[0]:
             return None
-        rules = _rules(ignore, project, required, never, outputs)
+        user = parse_rules(ignore, str(project / ".dockerignore"))
+        rules = effective_rules(user, required, never, outputs)
         entries = drop_bare_parents(scan(project, rules, published(project), required), outputs)
         if _stats(project, entries) != data["entries"]:
             return None

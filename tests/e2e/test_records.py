@@ -271,7 +271,13 @@ def test_no_secret_in_records_logs_or_labels(proj: Path, docker_client: Any) -> 
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    """gpulaunch's state under `folder`; build-context/ is the build's mirror of the project's
+    own files (attack.py among them), made again from the project by every build."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and p.relative_to(folder).parts[0] != "build-context"
+    }
 
 
 def test_a_job_cannot_read_or_plant_gpulaunch_state(proj: Path) -> None:

@@ -520,6 +520,14 @@ class FakeApi:
             "junk",
         ]
 
+    def call(self, method: str, path: str, query: dict[str, Any]) -> list[Any]:
+        """The stdlib client's GET /images/json and /containers/json, as the engine takes them."""
+        if (method, path, query) == ("GET", "/containers/json", {"all": 1}):
+            return self.containers(all=True)
+        assert (method, path) == ("GET", "/images/json")
+        (label,) = json.loads(query["filters"])["label"]
+        return self.images({"label": label})
+
     def containers(self, all: bool) -> list[Any]:
         self.calls.append(("containers", all))
         return [
@@ -539,6 +547,7 @@ def _engine_with(api: FakeApi) -> Any:
 
     engine = Engine(env={})
     engine._client = SimpleNamespace(api=api)
+    engine._api = api  # type: ignore[assignment]
     return engine
 
 
@@ -595,11 +604,9 @@ def test_engine_removes_never_forced_and_maps_the_answers() -> None:
 
 
 def test_engine_list_errors_are_engine_errors() -> None:
-    import requests
-
     class Stalled(FakeApi):
         def images(self, filters: dict[str, str]) -> list[dict[str, Any]]:
-            raise requests.ReadTimeout("read timed out")
+            raise EngineError("read timed out")
 
     with pytest.raises(EngineError, match=r"^cannot list images: read timed out$"):
         _engine_with(Stalled()).managed_images()

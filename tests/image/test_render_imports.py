@@ -1,7 +1,7 @@
 """What `render` and `run --dry-run` import for a project without requirements: not the
 requirement parser (packaging.requirements, paid only by projects whose local packages build
 with torch or that pin requirements), not the pyproject reader (tomllib), and no compiled
-jinja2 template is compiled again (see test_compiled_templates.py)."""
+jinja2 template is compiled again (see test_template_cache.py)."""
 
 from __future__ import annotations
 

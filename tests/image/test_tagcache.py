@@ -261,7 +261,7 @@ def test_dry_run_writes_no_cache(project: Path) -> None:
 def test_the_templates_folder_is_renders() -> None:
     from gpulaunch.image.render import template_root
 
-    assert tagcache.templates().resolve() == template_root().resolve()
+    assert build_mod.templates_dir().resolve() == template_root().resolve()
 
 
 def test_the_default_rules_are_part_of_the_key(
