@@ -55,7 +55,7 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
 
 def _no_secret_shape(value: str) -> str:
     """image.env is ENV in every layer (`docker history`): a value shaped like a secret is
-    refused whatever its name (names are checked where the image is planned, image/request.py)."""
+    refused whatever its name (names are checked where the image is planned, catalog/request.py)."""
     kind = secret_kind(value)
     if kind is not None:
         raise ValueError(

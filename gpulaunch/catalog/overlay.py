@@ -8,7 +8,7 @@ An overlay has the packaged file's shape, partially: rows of `torch.releases` (m
 `minor`; inside it `patches` by `torch` and `variants` by `variant`), `cuda_images.versions` (by
 `cuda`), `drivers.toolkit` (by `cuda`) and `ngc.releases` (by `tag`). Each merged row is tagged
 with `origin: <file>`, so `versions` can say where it came from; the merged whole then goes
-through the packaged catalog's full validation (gpulaunch.image.catalog_data).
+through the packaged catalog's full validation (gpulaunch.catalog.data).
 """
 
 from __future__ import annotations

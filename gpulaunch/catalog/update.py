@@ -395,7 +395,7 @@ def _new_minor(
         ),
         "patches": [],
         "variants": variants,
-        # an index page not reached leaves its builds unknown, not absent (catalog_data)
+        # an index page not reached leaves its builds unknown, not absent (catalog/data.py)
         "builds": "complete" if complete else "partial",
     }
 

@@ -206,8 +206,8 @@ def _runtime_check(engine: Any, info: dict[str, Any], tags: list[str], config: A
 def _resolve(config: Any | None, checks: list[Check]) -> Any:
     if config is None:
         return None
+    from gpulaunch.catalog.resolver import resolve
     from gpulaunch.image.render import image_request
-    from gpulaunch.image.resolver import resolve
 
     try:
         return resolve(image_request(config))
@@ -255,8 +255,7 @@ def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]
 
 
 def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engine_at: str) -> Any:
-    from gpulaunch.catalog import driver_rule
-    from gpulaunch.image import compat
+    from gpulaunch.catalog import compat, driver_rule
 
     if is_remote(engine_at):
         checks.append(
@@ -290,7 +289,7 @@ def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engi
 
 
 def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
-    from gpulaunch.image import compat
+    from gpulaunch.catalog import compat
 
     image = resolved.base_image
     verdicts = compat.driver_verdicts(resolved, host)
@@ -327,8 +326,7 @@ def _fitting(resolved: Any, host: Any) -> list[Any]:
     of the configured torch when any fits, else the newest of any torch."""
     import dataclasses
 
-    from gpulaunch.catalog import driver_rule
-    from gpulaunch.image import compat
+    from gpulaunch.catalog import compat, driver_rule
 
     rows = compat.matrix()
     if driver_rule.requirement_for(resolved.base_image, None) is None:  # not nvidia/cuda, NGC
@@ -339,7 +337,7 @@ def _fitting(resolved: Any, host: Any) -> list[Any]:
 
 
 def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | None) -> Check:
-    from gpulaunch.image import compat
+    from gpulaunch.catalog import compat
 
     cc = gpu["cc"] or compat.gpu_compute_capability(gpu["name"])
     memory = f", {gpu['memory'] / GIB:.0f} GiB" if gpu["memory"] else ""
@@ -365,8 +363,7 @@ def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | No
 def _builds_for(cc: str, torch: str | None, driver: str | None, brand: str | None) -> list[str]:
     """Stable builds of this torch (else of any torch, newest first) whose wheels carry
     kernels for `cc` and whose image this driver can start, as `--set` arguments."""
-    from gpulaunch.catalog import driver_rule
-    from gpulaunch.image import compat
+    from gpulaunch.catalog import compat, driver_rule
 
     out: list[str] = []
     for scope in ([torch] if torch else []) + [None]:

@@ -66,8 +66,8 @@ def engine_host(engine: Any, env: Mapping[str, str]) -> str:
 def host_gpus(env: Mapping[str, str], host: str) -> tuple[list[str], str]:
     """GPU names NVML reports on this machine, and, when there are none, why. `host`: the
     engine's address (engine_host)."""
+    from gpulaunch.catalog import compat
     from gpulaunch.engine.nvml import NvmlError
-    from gpulaunch.image import compat
 
     if is_remote(host):
         return [], f"the engine is remote ({host}); its GPUs are not visible here"

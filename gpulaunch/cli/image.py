@@ -409,9 +409,9 @@ app.add_typer(catalog_app, name="catalog")
 def warn_if_stale() -> None:
     """One stderr line, at most once a day, when the catalog's facts are ~90+ days old.
     Never fails the command it is part of."""
+    from gpulaunch.catalog.data import load_catalog
     from gpulaunch.catalog.staleness import due_warning
     from gpulaunch.errors import GpulaunchError
-    from gpulaunch.image.catalog_data import load_catalog
 
     try:
         cat = load_catalog()
@@ -446,9 +446,9 @@ def update(
     """Read torch / torchvision / torchaudio releases from PyPI's JSON API (and the PyTorch
     wheel index and Docker Hub where reachable) and write what the packaged catalog lacks as
     an overlay, with confidence levels and the sources it could not reach."""
+    from gpulaunch.catalog.data import check_overlay
     from gpulaunch.catalog.overlay import overlay_dir
     from gpulaunch.catalog.update import OVERLAY_NAME, Sources, run_update
-    from gpulaunch.image.catalog_data import check_overlay
 
     target = output.absolute() if output else overlay_dir() / OVERLAY_NAME
     report = run_update(

@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpulaunch.catalog.compat import matrix
+from gpulaunch.catalog.request import ImageRequest, MatrixRow
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.errors import CatalogError
-from gpulaunch.image.compat import matrix
-from gpulaunch.image.request import ImageRequest, MatrixRow
-from gpulaunch.image.resolver import resolve
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -9,6 +9,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpulaunch.catalog import compat
+from gpulaunch.catalog.compat import HostGpus, matrix
+from gpulaunch.catalog.request import ImageRequest, MatrixRow, ResolvedImage
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.config import (
     CONFIG_NAME,
     ProjectConfig,
@@ -18,11 +22,7 @@ from gpulaunch.config import (
 )
 from gpulaunch.engine import nvml
 from gpulaunch.errors import ConfigError, FileExistsRefusal
-from gpulaunch.image import compat
-from gpulaunch.image.compat import HostGpus, matrix
 from gpulaunch.image.render import image_request, render_dockerignore, summarize
-from gpulaunch.image.request import ImageRequest, MatrixRow, ResolvedImage
-from gpulaunch.image.resolver import resolve
 from gpulaunch.project.discover import nested_requirements, read_project
 from gpulaunch.project.imports import NO_ENTRY, Missing, entry_gaps, requirement_lines
 from gpulaunch.project.layout import keep_code, output_notes

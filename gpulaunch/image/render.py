@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gpulaunch import __version__
 from gpulaunch.catalog import driver_rule
-from gpulaunch.engine.context import CODE_DIR, context_path
-from gpulaunch.errors import ConfigError
-from gpulaunch.image.request import (
+from gpulaunch.catalog.request import (
     ResolvedImage,
     check_certificate,
     check_image_env,
     torch_summary,
 )
-from gpulaunch.image.request import image_request as image_request  # its old home
-from gpulaunch.image.request import summarize as summarize
-from gpulaunch.image.resolver import resolve
+from gpulaunch.catalog.request import image_request as image_request  # its old home
+from gpulaunch.catalog.request import summarize as summarize
+from gpulaunch.catalog.resolver import resolve
+from gpulaunch.engine.context import CODE_DIR, context_path
+from gpulaunch.errors import ConfigError
 from gpulaunch.project import layout, pythonpath
 from gpulaunch.project.model import TORCH_FAMILY
 

@@ -435,8 +435,8 @@ def check_host(config: ProjectConfig, request: GpuRequest, env: dict[str, str]) 
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
     if request.none or _remote_engine(env):
         return
+    from gpulaunch.catalog import compat
     from gpulaunch.engine.nvml import NvmlError
-    from gpulaunch.image import compat
 
     try:
         info = compat.probe(env)
@@ -444,8 +444,8 @@ def check_host(config: ProjectConfig, request: GpuRequest, env: dict[str, str]) 
         raise ConfigError(f"--gpus: GPUs not validated: {err}") from None
     if info is None:
         return
-    from gpulaunch.image.request import image_request
-    from gpulaunch.image.resolver import resolve
+    from gpulaunch.catalog.request import image_request
+    from gpulaunch.catalog.resolver import resolve
 
     indices = request.indices(None)  # "all" and GPUs named by UUID: every GPU is checked
     selected = None if indices is None else [i for i in indices if i < len(info.names)]

@@ -313,7 +313,7 @@ def precision_env(precision: str) -> dict[str, str]:
 
 def gpu_compute_capability(name: str) -> tuple[int, int] | None:
     """Compute capability of a GPU product name from the catalog, or None when unknown."""
-    from gpulaunch.image.compat import gpu_compute_capability as catalog_cc
+    from gpulaunch.catalog.compat import gpu_compute_capability as catalog_cc
 
     return _parse_cc(catalog_cc(name))
 

@@ -411,8 +411,8 @@ def _own_package(root: Path | None, module: str) -> bool:
 def _host(evidence: Evidence) -> Any:
     if evidence.host is not None:
         return evidence.host
+    from gpulaunch.catalog.compat import probe
     from gpulaunch.engine.nvml import NvmlError
-    from gpulaunch.image.compat import probe
 
     try:
         return probe(evidence.env)
@@ -422,7 +422,7 @@ def _host(evidence: Evidence) -> Any:
 
 def _fitting_build(host: Any) -> str | None:
     """`torch T + CUDA C (image.torch: T, image.cuda: C)` for the best build this host runs."""
-    from gpulaunch.image.compat import host_builds
+    from gpulaunch.catalog.compat import host_builds
 
     try:
         rows = host_builds(host)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpulaunch.catalog import driver_rule
+from gpulaunch.catalog import compat, driver_rule
+from gpulaunch.catalog.data import load_catalog
+from gpulaunch.catalog.request import ImageRequest
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.config import load_config
 from gpulaunch.errors import CatalogError, ConfigError
-from gpulaunch.image import compat
-from gpulaunch.image.catalog_data import load_catalog
 from gpulaunch.image.render import image_request
-from gpulaunch.image.request import ImageRequest
-from gpulaunch.image.resolver import resolve
 
 # Verbatim from NVIDIA's container-images Dockerfiles (base image, ubuntu22.04).
 REQ_1281 = (
@@ -266,7 +265,7 @@ def test_host_check_uses_the_brand(tmp_path) -> None:  # type: ignore[no-untyped
     ],
 )
 def test_default_build_prefers_driver_reach(torch: str, variant: str, pypi_default: str) -> None:
-    from gpulaunch.image.request import ImageRequest, explain_cuda_choice
+    from gpulaunch.catalog.request import ImageRequest, explain_cuda_choice
 
     resolved = resolve(ImageRequest(torch=torch))
     assert resolved.torch_variant == variant

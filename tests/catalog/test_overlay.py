@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpulaunch.catalog import overlay, staleness
+from gpulaunch.catalog.data import load_catalog
 from gpulaunch.cli import app
 from gpulaunch.errors import CatalogError
-from gpulaunch.image.catalog_data import load_catalog
 
 HEAD = 'overlay_version: "1"\nresearch_date: "2026-11-20"\n'
 PATCH_2151 = """torch:

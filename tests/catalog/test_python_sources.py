@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpulaunch.catalog.compat import matrix
+from gpulaunch.catalog.data import load_catalog
 from gpulaunch.catalog.python_install import deadsnakes, deadsnakes_gap, standalone
+from gpulaunch.catalog.request import ImageRequest
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.cli import app
 from gpulaunch.config import validate_data
 from gpulaunch.errors import CatalogError, ConfigError
-from gpulaunch.image.catalog_data import load_catalog
-from gpulaunch.image.compat import matrix
 from gpulaunch.image.render import plan_image, render_dockerfile
-from gpulaunch.image.request import ImageRequest
-from gpulaunch.image.resolver import resolve
 
 TODAY = date.today()
 

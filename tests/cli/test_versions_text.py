@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpulaunch.catalog.compat import matrix
 from gpulaunch.cli.app import app
 from gpulaunch.cli.views import matrix_table
-from gpulaunch.image.compat import matrix
 
 
 def _plain_cells(output: str) -> tuple[list[str], list[list[str]], str, str]:

@@ -11,19 +11,19 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulaunch.errors import CatalogError, ConfigError, ExitCode
-from gpulaunch.image import catalog_data as cat_mod
-from gpulaunch.image import resolver as resolver_mod
-from gpulaunch.image.catalog_data import load_catalog
-from gpulaunch.image.compat import gpu_compute_capability, matrix, supports_arch
-from gpulaunch.image.request import (
+from gpulaunch.catalog import data as cat_mod
+from gpulaunch.catalog import resolver as resolver_mod
+from gpulaunch.catalog.compat import gpu_compute_capability, matrix, supports_arch
+from gpulaunch.catalog.data import load_catalog
+from gpulaunch.catalog.request import (
     ImageRequest,
     ResolvedImage,
     driver_satisfies,
     min_driver_for,
     verified_image,
 )
-from gpulaunch.image.resolver import resolve
+from gpulaunch.catalog.resolver import resolve
+from gpulaunch.errors import CatalogError, ConfigError, ExitCode
 
 CAT = load_catalog()
 PAIRS = [
@@ -567,7 +567,7 @@ def test_catalog_loader_rejects_mismatched_variant() -> None:
 
 def test_import_is_cheap() -> None:
     code = (
-        "import sys, gpulaunch.image.resolver, gpulaunch.image.compat; "
+        "import sys, gpulaunch.catalog.resolver, gpulaunch.catalog.compat; "
         "bad = [m for m in ('yaml', 'pydantic') if m in sys.modules]; "
         "print(','.join(bad))"
     )

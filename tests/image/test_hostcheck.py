@@ -13,12 +13,12 @@ import pytest
 from fake_nvml import A100, B200, H100, FakeNvml, gpus, install
 from typer.testing import CliRunner
 
+from gpulaunch.catalog import compat
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.cli.app import app
 from gpulaunch.config import ProjectConfig, load_config
 from gpulaunch.errors import ConfigError
-from gpulaunch.image import compat
 from gpulaunch.image.render import image_request
-from gpulaunch.image.resolver import resolve
 
 CU121 = '{torch: "2.4.1", cuda: "12.1"}'  # no kernels for compute capability 10.0 (B200)
 

@@ -11,13 +11,12 @@ from fake_nvml import H100, FakeGpu, FakeNvml, gpus, install
 from packaging.version import Version
 from typer.testing import CliRunner
 
-from gpulaunch.catalog import driver_rule
+from gpulaunch.catalog import compat, driver_rule
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.cli.app import app
 from gpulaunch.config import ProjectConfig, load_config
-from gpulaunch.image import compat
 from gpulaunch.image.init import InitOptions, InitResult, run_init
 from gpulaunch.image.render import image_request
-from gpulaunch.image.resolver import resolve
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"  # compute capability 8.9 by the catalog's name table
 GEFORCE, TESLA = 5, 2  # nvmlDeviceGetBrand

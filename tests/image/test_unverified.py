@@ -11,13 +11,12 @@ from datetime import date
 import pytest
 from typer.testing import CliRunner
 
-from gpulaunch.catalog import python_install
+from gpulaunch.catalog import compat, python_install
+from gpulaunch.catalog.data import load_catalog
+from gpulaunch.catalog.request import ImageRequest
+from gpulaunch.catalog.resolver import resolve
 from gpulaunch.cli.app import app
 from gpulaunch.errors import CatalogError, ConfigError
-from gpulaunch.image import compat
-from gpulaunch.image.catalog_data import load_catalog
-from gpulaunch.image.request import ImageRequest
-from gpulaunch.image.resolver import resolve
 
 RTX_5090 = compat.HostGpus("580.95.05", ("NVIDIA GeForce RTX 5090",), ("geforce",), ("12.0",))
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gpulaunch.catalog.compat import matrix
 from gpulaunch.config import load_config
 from gpulaunch.errors import ConfigError
-from gpulaunch.image.compat import matrix
 from gpulaunch.image.init import InitOptions, run_init
 from gpulaunch.image.render import plan_image, render_dockerfile
 

@@ -17,8 +17,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from gpulaunch.catalog.compat import matrix
 from gpulaunch.config import load_config
-from gpulaunch.image.compat import matrix
 from gpulaunch.project.discover import read_project
 from project.test_corpus import SHAPES, _init
 

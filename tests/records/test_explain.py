@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpulaunch.image.compat import HostGpus
+from gpulaunch.catalog.compat import HostGpus
 from gpulaunch.records.explain import (
     Evidence,
     explain,
@@ -143,7 +143,7 @@ def test_gpu_arch_fix_names_a_build_that_has_the_arch() -> None:
     assert "sm_120" in found.fix
     build = re.search(r"image\.torch: (\S+), image\.cuda: ([0-9.]+)", found.fix)
     assert build, found.fix
-    from gpulaunch.image.compat import matrix
+    from gpulaunch.catalog.compat import matrix
 
     rows = [r for r in matrix(build[1], build[2]) if r.archs]
     assert any("12.0" in " ".join(r.archs) for r in rows)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gpulaunch.catalog import driver_rule
-from gpulaunch.errors import CatalogError
-from gpulaunch.image.catalog_data import (
+from gpulaunch.catalog.data import (
     DASH,
     TORCH_RE,
     UNVERIFIED,
@@ -25,7 +24,7 @@ from gpulaunch.image.catalog_data import (
     major_minor,
     version_key,
 )
-from gpulaunch.image.request import (
+from gpulaunch.catalog.request import (
     FLAVORS,
     CudaReq,
     ImageRequest,
@@ -46,6 +45,7 @@ from gpulaunch.image.request import (
     toolkit_driver,
     torch_warnings,
 )
+from gpulaunch.errors import CatalogError
 
 
 def resolve(req: ImageRequest) -> ResolvedImage:

@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpulaunch.catalog import driver_rule
-from gpulaunch.catalog.python_install import Choice, choose_source
-from gpulaunch.errors import CatalogError, ConfigError
-from gpulaunch.image.catalog_data import (
+from gpulaunch.catalog.data import (
     CU_VARIANT_RE,
     CUDA_RE,
     DASH,
@@ -35,6 +33,8 @@ from gpulaunch.image.catalog_data import (
     major_minor,
     version_key,
 )
+from gpulaunch.catalog.python_install import Choice, choose_source
+from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.masking import has_userinfo, is_secret_name
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def parse_python(value: str | None) -> str | None:
 
 
 def newest_of(items: Iterable[T], key: Callable[[T], str]) -> T:
-    """Newest item, preferring rows that are verified (see catalog_data.UNVERIFIED)."""
+    """Newest item, preferring rows that are verified (see data.UNVERIFIED)."""
     pool = list(items)
     trusted = [i for i in pool if getattr(i, "confidence", "high") != UNVERIFIED]
     return max(trusted or pool, key=lambda i: version_key(key(i)))

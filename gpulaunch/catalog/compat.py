@@ -12,9 +12,7 @@ from typing import Any
 from packaging.version import Version
 
 from gpulaunch.catalog import driver_rule
-from gpulaunch.engine import nvml
-from gpulaunch.errors import CatalogError, ConfigError
-from gpulaunch.image.catalog_data import (
+from gpulaunch.catalog.data import (
     CC_RE,
     CONFIDENCES,
     TORCH_RE,
@@ -24,7 +22,7 @@ from gpulaunch.image.catalog_data import (
     major_minor,
     version_key,
 )
-from gpulaunch.image.request import (
+from gpulaunch.catalog.request import (
     CudaReq,
     ImageRequest,
     MatrixRow,
@@ -32,7 +30,9 @@ from gpulaunch.image.request import (
     parse_cuda,
     select_torch,
 )
-from gpulaunch.image.resolver import resolve_in
+from gpulaunch.catalog.resolver import resolve_in
+from gpulaunch.engine import nvml
+from gpulaunch.errors import CatalogError, ConfigError
 
 
 def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]:
