@@ -19,7 +19,7 @@ from gpulaunch.project.others import (
     read_setup_py,
     script_block,
 )
-from gpulaunch.project.pyproject import UV_PINS, load_toml, name_of, read_pyproject
+from gpulaunch.project.pyproject import UV_PINS, load_toml, name_of, read_pyproject, toml_table
 from gpulaunch.project.requirements import is_requirements_name, read_requirements
 
 Reader = Callable[[Path, str, Project, bool], None]
@@ -56,16 +56,10 @@ def _reader_for(rel: str) -> tuple[str, Reader] | None:
 def _pyproject_kind(root: Path, rel: str) -> str | None:
     """ "installs" (dependencies or a build backend), "metadata" ([project] only), or None."""
     data = load_toml(root / rel, rel)
-    project = data.get("project", {})
-    poetry = data.get("tool", {}).get("poetry", {})
-    if (
-        (isinstance(project, dict) and project.get("dependencies"))
-        or (isinstance(poetry, dict) and poetry.get("dependencies"))
-        or "build-system" in data
-    ):
+    project, poetry = toml_table(data, "project"), toml_table(data, "tool", "poetry")
+    if project.get("dependencies") or poetry.get("dependencies") or "build-system" in data:
         return "installs"
-    uv = data.get("tool", {}).get("uv", {})
-    pins = isinstance(uv, dict) and any(uv.get(k) for k in UV_PINS)  # named when not applied
+    pins = any(toml_table(data, "tool", "uv").get(k) for k in UV_PINS)  # named when not applied
     return "metadata" if project or poetry or pins else None
 
 

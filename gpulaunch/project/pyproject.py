@@ -25,7 +25,9 @@ def load_toml(path: Path, shown: str) -> dict[str, Any]:
         raise ConfigError(f"{shown}: cannot parse: {err}") from None
 
 
-def _table(data: Any, *keys: str) -> dict[str, Any]:
+def toml_table(data: Any, *keys: str) -> dict[str, Any]:
+    """data[k1][k2]... as a table; {} where a key is missing or its value is not a table (a
+    `tool = 1` says nothing about poetry, uv or PDM)."""
     for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
     return data if isinstance(data, dict) else {}
@@ -64,11 +66,11 @@ def poetry_spec(text: str) -> str | None:
 def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     """Record what `rel` says; when it is the entry, its dependencies are installed."""
     data = load_toml(root / rel, rel)
-    pep621 = _table(data, "project")
-    poetry = _table(data, "tool", "poetry")
-    uv = _table(data, "tool", "uv")
+    pep621 = toml_table(data, "project")
+    poetry = toml_table(data, "tool", "poetry")
+    uv = toml_table(data, "tool", "uv")
     kinds = [k for k, t in (("PEP 621", pep621), ("poetry", poetry), ("uv", uv)) if t]
-    if _table(data, "tool", "pdm"):
+    if toml_table(data, "tool", "pdm"):
         kinds.append("PDM")
     project.sources.append(f"{rel} ({', '.join(kinds) or 'no dependencies'})")
     here = str(Path(rel).parent) if "/" in rel else ""
@@ -82,7 +84,7 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     if entry:
         source = read_text(root / rel, rel)
         read_requirement_texts(texts, rel, project, source)
-        optional = _table(pep621, "optional-dependencies")
+        optional = toml_table(pep621, "optional-dependencies")
         picked = pick_extra(sorted(optional), project.gpu)
         if picked is not None and isinstance(optional[picked], list):
             image = "a CUDA image" if project.gpu else "a CPU image"
@@ -117,7 +119,7 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, sou
         if url not in project.indexes:
             project.indexes.append(url)
     texts: list[str] = []
-    for name, value in _table(poetry, "dependencies").items():
+    for name, value in toml_table(poetry, "dependencies").items():
         where = f"{rel} [tool.poetry.dependencies] {name}"
         table = value if isinstance(value, dict) else {"version": value}
         if name == "python":
@@ -150,24 +152,24 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, sou
             project.set_variant(variant_of_url(index), f"{where} (source {index})")
     if entry:
         read_requirement_texts(texts, f"{rel} [tool.poetry]", project, source)
-    groups = sorted(_table(poetry, "group"))
+    groups = sorted(toml_table(poetry, "group"))
     if groups:
         project.notes.append(f"{rel}: poetry groups not installed: {', '.join(groups)}")
 
 
 def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
     """uv indexes and sources, PDM sources: the index torch comes from names its variant."""
-    uv = _table(data, "tool", "uv")
+    uv = toml_table(data, "tool", "uv")
     named: dict[str, str] = {}
     tables = [("tool.uv.index", i) for i in uv.get("index", [])]
-    tables += [("tool.pdm.source", s) for s in _table(data, "tool", "pdm").get("source", [])]
+    tables += [("tool.pdm.source", s) for s in toml_table(data, "tool", "pdm").get("source", [])]
     for table, index in tables:
         if isinstance(index, dict) and isinstance(index.get("url"), str):
             refuse_credential(index["url"], f"{rel} [[{table}]] {index.get('name', '')}", project)
             named[str(index.get("name", ""))] = index["url"]
             if index["url"] not in project.indexes:
                 project.indexes.append(index["url"])
-    for name, value in _table(uv, "sources").items():
+    for name, value in toml_table(uv, "sources").items():
         where = f"{rel} [tool.uv.sources] {name}"
         entries = value if isinstance(value, list) else [value]
         for source in entries:
@@ -193,7 +195,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
         project.set_variant(variant_of_url(url), f"{rel} index {url}")
     local_names = {
         canonicalize_name(name)
-        for name, value in _table(uv, "sources").items()
+        for name, value in toml_table(uv, "sources").items()
         if isinstance(value, dict) and ("path" in value or "workspace" in value)
     }
     if local_names:  # installed from the tree, not from an index

@@ -333,3 +333,25 @@ def test_yes_still_means_true_for_boolean_fields() -> None:
 
     cfg = validate_data(parse_yaml_text("name: x\nimage:\n  pip:\n    no_index: yes\n", "f"))
     assert cfg.image.pip.no_index is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'tool = 1\n[project]\nname = "x"\nversion = "0"\n',
+        "project = 1\ntool = 1\n",
+        '[tool]\npoetry = 3\nuv = "x"\npdm = []\n[project]\nname = "x"\nversion = "0"\n',
+        '[project]\nname = "x"\nversion = "0"\noptional-dependencies = 3\n',
+        '[tool.uv]\noverride-dependencies = 3\nsources = 1\n[project]\nname = "x"\nversion = "0"\n',
+    ],
+)
+def test_a_pyproject_table_that_is_not_a_table_is_read_as_empty(
+    hostile: Hostile, text: str
+) -> None:
+    """TOML lets `tool = 1` parse; a scalar where a table belongs says nothing about poetry, uv
+    or PDM: init reads it as empty and writes its config, never an internal error."""
+    (hostile.project / "gpulaunch.yaml").unlink()
+    (hostile.project / "pyproject.toml").write_text(text, encoding="utf-8")
+    outcome = hostile.invoke("init", "--yes", "--cuda", "cpu")
+    assert "internal error" not in outcome.stderr and outcome.code == 0, outcome.stderr
+    assert (hostile.project / "gpulaunch.yaml").is_file()
