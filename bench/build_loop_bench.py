@@ -87,6 +87,12 @@ NOT_MET = {
         "and moves with the machine's load: 1.18x and 1.20x in two runs of this build path "
         "on 2026-12-05. The same two changes would bring it under."
     ),
+    "source edit, default import check, vs hand-written rebuild + unchanged build": (
+        "The same rebuild with `build`'s default import check: a pass on the same dependency "
+        "layers is remembered (the user's cache, by the layers below the code and the modules "
+        "asked), so the check adds only an image inspect and the walk of the entry's imports, "
+        "and the row matches the one above; what is left is the same."
+    ),
 }
 
 SECTION_START = "<!-- build-loop:start (python bench/run_all.py --only build-loop) -->"
@@ -251,7 +257,10 @@ def measure(rounds: int) -> list[Row]:
                     times["hand_req"].append(timed(hand)[0])
                     reqs.write_text(original_reqs)
 
-                    checked()  # the check has passed on these dependency layers
+                    # a new image on this round's dependency layers (the cold build made them
+                    # anew): the check runs once and its pass is remembered
+                    train.write_text(train.read_text() + f"# primed {i} {time.time_ns()}\n")
+                    checked()
                     train.write_text(train.read_text() + f"# checked {i} {time.time_ns()}\n")
                     times["edit_checked"].append(timed(checked)[0])
                     reqs.write_text(original_reqs + f"{EXTRA}  # checked {i} {time.time_ns()}\n")

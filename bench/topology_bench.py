@@ -36,11 +36,16 @@ planner = topology if hasattr(topology, "plan_numa") else importlib.import_modul
     "gpulaunch.launch.numa"
 )
 env = {"GPULAUNCH_SYSFS_ROOT": sys.argv[1]}
+try:  # the request is one GpuRequest value since issue 30
+    from gpulaunch.gpurequest import GpuRequest
+    every = GpuRequest("all")
+except ModuleNotFoundError:
+    every = "all"
 times = []
 for _ in range(int(sys.argv[2])):
     start = time.perf_counter()
     topo = topology.discover(env)
-    gpus = planner.select_gpus(topo, "all")
+    gpus = planner.select_gpus(topo, every)
     plan = planner.plan_numa(topo, gpus, "auto")
     times.append(time.perf_counter() - start)
 print(json.dumps({"gpus": len(gpus), "ranks": len(plan.ranks), "times": times}))
