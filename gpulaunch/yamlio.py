@@ -185,11 +185,6 @@ def parse_yaml_only(text: str, source: str) -> Any:
     return data
 
 
-def read_yaml_file(path: Path) -> Any:
-    """Read a YAML file with size, encoding and binary checks."""
-    return parse_yaml_bytes(read_bytes(path), str(path))
-
-
 def read_bytes(path: Path) -> bytes:
     """A config file's bytes (at most MAX_BYTES + 1); ConfigError when it cannot be read. Its
     own step so the config cache can key on exactly the bytes that are then parsed."""

@@ -275,10 +275,6 @@ def _tag_release(row: dict[str, Any], origin: str) -> dict[str, Any]:
     return tagged
 
 
-def newest_overlay_date(overlays: list[Overlay]) -> date | None:
-    return max((o.research_date for o in overlays), default=None)
-
-
 def write_user_file(target: Path, text: str) -> None:
     """Write a file in the user's config or cache folder (gpulaunch's own file there: replaced
     when it exists), creating missing folders without following links."""

@@ -172,11 +172,6 @@ def wheel_cuda(pins: Mapping[str, str]) -> WheelCuda | None:
     return WheelCuda(".".join(cuda.split(".")[:2]), cudnn)
 
 
-def torch_pin(requirements: Iterable[str]) -> str | None:
-    """The torch version a torchvision / torchaudio release pins exactly (`torch==2.12.0`)."""
-    return exact_pins(requirements).get("torch")
-
-
 _TORCH_REQ_RE = re.compile(r"^\s*torch(?![\w.-])\s*(?:\[[^\]]*\])?\s*([^;]*?)\s*(?:;(.*))?$", re.I)
 
 

@@ -362,22 +362,6 @@ def broad_reach_variant(
     return min(stable, key=key)
 
 
-def explain_cuda_choice(resolved: ResolvedImage, asked_cuda: str | None = None) -> str:
-    """One line saying why this CUDA build was chosen (init and render print it)."""
-    if resolved.cuda is None:
-        return "CPU-only build: no CUDA, no driver needed"
-    need = f"driver >= {resolved.min_driver}"
-    if resolved.ngc_tag:
-        return f"CUDA {resolved.cuda} comes with NGC {resolved.ngc_tag}; {need}"
-    if asked_cuda:
-        return f"CUDA {resolved.cuda}: as asked; the image needs {need}"
-    return (
-        f"CUDA {resolved.cuda} ({resolved.torch_variant}): of torch {resolved.torch}'s stable "
-        f"builds, the one the most drivers can start (driver >= {resolved.min_driver}); "
-        "set image.cuda for a newer CUDA (e.g. Blackwell GPUs need 12.8+)"
-    )
-
-
 def check_python(sel: TorchSel | None, python: str, warnings: list[str]) -> None:
     if sel is None or sel.release.python_ok(python):
         return

@@ -49,7 +49,3 @@ def needs(project: Project) -> list[Need]:
 
 # compilers whose packages build Python extensions, which need the interpreter's headers
 COMPILERS = ("g++", "gcc", "build-essential", "clang")
-
-
-def apt_packages(project: Project) -> list[str]:
-    return list(dict.fromkeys(p for need in needs(project) for p in need.packages))

@@ -265,18 +265,13 @@ def test_host_check_uses_the_brand(tmp_path) -> None:  # type: ignore[no-untyped
     ],
 )
 def test_default_build_prefers_driver_reach(torch: str, variant: str, pypi_default: str) -> None:
-    from gpulaunch.catalog.request import ImageRequest, explain_cuda_choice
+    from gpulaunch.catalog.request import ImageRequest
 
     resolved = resolve(ImageRequest(torch=torch))
     assert resolved.torch_variant == variant
     assert resolved.cuda and not resolved.cuda.startswith(pypi_default)
-    line = explain_cuda_choice(resolved)
-    assert line.startswith(f"CUDA {resolved.cuda} ({variant}): ")
-    assert f"driver >= {resolved.min_driver}" in line and "\n" not in line
-    asked = resolve(ImageRequest(torch=torch, cuda=pypi_default))
-    assert explain_cuda_choice(asked, pypi_default).startswith(f"CUDA {asked.cuda}: as asked")
-    cpu = resolve(ImageRequest(torch=torch, cuda="cpu"))
-    assert explain_cuda_choice(cpu) == "CPU-only build: no CUDA, no driver needed"
+    assert resolve(ImageRequest(torch=torch, cuda=pypi_default)).cuda.startswith(pypi_default)
+    assert resolve(ImageRequest(torch=torch, cuda="cpu")).cuda is None
 
 
 def test_a_geforce_on_a_forward_compat_branch_is_told_the_native_driver_only() -> None:

@@ -90,7 +90,6 @@ def test_pure_python_wheels_count() -> None:
     facts = pypi_facts.releases(data)["2.11.1"]
     assert facts.pure and facts.pythons == ()
     assert pypi_facts.latest(data) == ("2.11.1", ["torch>=2.11"])
-    assert pypi_facts.torch_pin(["torch>=2.11"]) is None
 
 
 def test_malformed_json_gives_nothing() -> None:
