@@ -8,13 +8,15 @@ importing its modules, so they keep working while the package layout moves.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -313,3 +315,22 @@ def cumtime(stats: Mapping[tuple[str, int, str], tuple[Any, ...]], names: set[st
     if not found:
         raise LookupError(f"no gpulaunch function named {sorted(names)} in the profile")
     return total
+
+
+@contextlib.contextmanager
+def engine_lock() -> Iterator[None]:
+    """The engine to ourselves: the e2e tests and the engine benches take the same lock."""
+    with open(ENGINE_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_images(docker: str, *repositories: str) -> None:
+    """Remove every tag of the named repositories (the images a bench built)."""
+    out = run_checked([docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).stdout
+    tags = [t for t in out.split() if t.startswith(tuple(f"{r}:" for r in repositories))]
+    if tags:
+        run_checked([docker, "image", "rm", *tags])

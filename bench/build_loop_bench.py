@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -32,10 +30,18 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import ENGINE_LOCK, GPULAUNCH, Row, compile_like_an_install, median, run_checked
+from benchlib import (
+    GPULAUNCH,
+    Row,
+    compile_like_an_install,
+    engine_lock,
+    median,
+    remove_images,
+    run_checked,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "offline-cpu"
@@ -97,16 +103,6 @@ NOT_MET = {
 
 SECTION_START = "<!-- build-loop:start (python bench/run_all.py --only build-loop) -->"
 SECTION_END = "<!-- build-loop:end -->"
-
-
-@contextlib.contextmanager
-def engine_lock() -> Iterator[None]:
-    with open(ENGINE_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def extra_wheel(folder: Path) -> None:
@@ -268,7 +264,7 @@ def measure(rounds: int) -> list[Row]:
                     reqs.write_text(original_reqs)
         finally:
             with engine_lock():
-                remove_images(name)
+                remove_images(DOCKER, name, f"{name}-hand")
     m = {k: median(v) for k, v in times.items()}
     size, hand_size = median([s for s, _ in sizes]), median([h for _, h in sizes])
     limit = median(changed) + MIB
@@ -342,13 +338,6 @@ def measure(rounds: int) -> list[Row]:
             f"changed {median(changed):.0f} B + 1 MiB",
         ),
     ]
-
-
-def remove_images(name: str) -> None:
-    out = run_checked([DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).stdout
-    tags = [t for t in out.split() if t.startswith((f"{name}:", f"{name}-hand:"))]
-    if tags:
-        run_checked([DOCKER, "image", "rm", *tags])
 
 
 def section(rows: list[Row], when: str, rounds: int) -> str:

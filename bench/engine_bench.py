@@ -17,25 +17,23 @@ no bridge network). Images it tags (`glbench-<pid>:*`) are removed at the end.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from benchlib import (
-    ENGINE_LOCK,
     GPULAUNCH,
     Row,
     compile_like_an_install,
+    engine_lock,
     interleaved,
     median,
     reexecuted_dependency_steps,
+    remove_images,
     run_checked,
     runner,
     text_table,
@@ -77,16 +75,6 @@ client.containers.run(
     volumes={project: {"bind": "/workspace", "mode": "rw"}},
 )
 """
-
-
-@contextlib.contextmanager
-def engine_lock() -> Iterator[None]:
-    with open(ENGINE_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def make_project(root: Path, name: str) -> Path:
@@ -190,13 +178,6 @@ def measure_edit_loop(project: Path, runs: int) -> list[Row]:
     ]
 
 
-def remove_images(name: str) -> None:
-    out = run_checked(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", name])
-    tags = [line for line in out.stdout.split() if line.startswith(f"{name}:")]
-    if tags:
-        run_checked(["docker", "image", "rm", *tags])
-
-
 def measure(runs: int) -> list[Row]:
     compile_like_an_install()
     name = f"glbench-{os.getpid()}"
@@ -210,7 +191,7 @@ def measure(runs: int) -> list[Row]:
                 rows += measure_edit_loop(project, runs)
         finally:
             with engine_lock():
-                remove_images(name)
+                remove_images("docker", name)
     return rows
 
 
