@@ -39,6 +39,7 @@ from gpulaunch.errors import (
 
 if TYPE_CHECKING:
     from gpulaunch.engine.api.address import Address
+    from gpulaunch.engine.api.containers import Image
     from gpulaunch.engine.api.http import Transport
     from gpulaunch.engine.podman import EngineKind, PodmanCli
 
@@ -290,26 +291,23 @@ class Engine:
         return self.image_id(ref) is not None
 
     def image_id(self, ref: str) -> str | None:
-        from gpulaunch.engine.api.containers import inspect_image
-        from gpulaunch.engine.api.http import ApiError
-
-        try:
-            image = inspect_image(self.api(), ref)
-        except ApiError as err:
-            raise EngineError(f"image {ref}: {short_text(err)}") from None
+        image = self._image(ref)
         return None if image is None else image.id
 
     def image_layers(self, ref: str) -> list[str]:
         """The image's layer digests, base first (RootFS.Layers); [] when there is none."""
+        image = self._image(ref)
+        return [] if image is None else image.layers
+
+    def _image(self, ref: str) -> Image | None:
+        """The engine's image `ref`, None when it has none."""
         from gpulaunch.engine.api.containers import inspect_image
         from gpulaunch.engine.api.http import ApiError
 
         try:
-            image = inspect_image(self.api(), ref)
+            return inspect_image(self.api(), ref)
         except ApiError as err:
             raise EngineError(f"image {ref}: {short_text(err)}") from None
-        layers = [] if image is None else (image.attrs.get("RootFS") or {}).get("Layers")
-        return [str(layer) for layer in layers] if isinstance(layers, list) else []
 
     def remove_if_dangling(self, image_id: str) -> None:
         """Remove an image gpulaunch built that a rebuild left without any tag."""

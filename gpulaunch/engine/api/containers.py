@@ -55,6 +55,8 @@ class Image:
         self.id = str(attrs.get("Id", ""))
         self.tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
         self.labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+        layers = (attrs.get("RootFS") or {}).get("Layers")
+        self.layers = [str(layer) for layer in layers] if isinstance(layers, list) else []
 
 
 def inspect_image(api: Transport, ref: str) -> Image | None:
