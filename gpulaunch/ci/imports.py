@@ -134,5 +134,7 @@ def _remember(key: str) -> None:
 
 
 def _kill(container: Any) -> None:
-    with contextlib.suppress(Exception):  # gone already: nothing to stop
+    from gpulaunch.engine.supervise import LOST
+
+    with contextlib.suppress(*LOST):  # gone already, or the engine with it: nothing to stop
         container.kill()

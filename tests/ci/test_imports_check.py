@@ -178,3 +178,20 @@ def test_a_failure_is_never_remembered(tmp_path: Path) -> None:
     again = FakeEngine(FAIL)
     found = check_image(again, "p:gl-1", "p", project, None)
     assert found is not None and found.failed and len(again.bodies) == 1
+
+
+def test_the_time_limit_kill_ignores_a_gone_container_but_not_a_bug() -> None:
+    from gpulaunch.ci.imports import _kill
+    from gpulaunch.errors import EngineError
+
+    class Gone:
+        def kill(self) -> None:
+            raise EngineError("no such container")
+
+    class Buggy:
+        def kill(self) -> None:
+            raise ValueError("a bug")
+
+    _kill(Gone())
+    with pytest.raises(ValueError):
+        _kill(Buggy())
