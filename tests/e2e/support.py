@@ -193,6 +193,15 @@ def write_project(dest: Path, template: str, config: dict[str, Any]) -> Path:
     return dest
 
 
+def write_files(project: Path, files: dict[str, str]) -> Path:
+    """A project made of `files` (relative path: text), folders made as needed."""
+    for rel, text in files.items():
+        path = project / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return project
+
+
 def link_wheels(project: Path) -> None:
     """Hard links of the wheelhouse (a copy across file systems) in project/wheels/."""
     wheels = sorted(wheelhouse().glob("*.whl"))

@@ -19,6 +19,7 @@ from e2e.support import (
     link_wheels,
     remove_project_images,
     temp_name,
+    write_files,
 )
 
 pytestmark = pytest.mark.docker
@@ -49,10 +50,7 @@ FILES = {
 def test_setup_py_importing_torch_builds_and_imports(docker_client: Any, tmp_path: Path) -> None:
     name = temp_name("torchbuild")
     project = tmp_path / "torchbuild"
-    for rel, text in FILES.items():
-        path = project / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(project, FILES)
     inited = gl("init", "--yes", "--torch", "2.13.0", "--cuda", "cpu", cwd=project)
     assert inited.returncode == 0, inited.describe()
     assert ".dockerignore keeps data/ in the build context: a Python package" in inited.stderr

@@ -23,6 +23,7 @@ from e2e.support import (
     link_wheels,
     remove_project_images,
     temp_name,
+    write_files,
 )
 
 pytestmark = pytest.mark.docker
@@ -45,10 +46,7 @@ def test_torch_override_builds_and_the_build_checks_the_imports(
 ) -> None:
     name = temp_name("imports")
     project = tmp_path / "imports"
-    for rel, text in FILES.items():
-        path = project / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(project, FILES)
     inited = gl("init", "--yes", "--torch", "2.13.0", "--cuda", "cpu", cwd=project)
     assert inited.returncode == 0, inited.describe()
     assert "--torch 2.13.0 overrides the project's torch==2.4.1 (requirements.txt:1)" in (

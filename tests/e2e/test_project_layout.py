@@ -16,6 +16,7 @@ from e2e.support import (
     remove_project_images,
     temp_name,
     tiny_config,
+    write_files,
 )
 
 pytestmark = pytest.mark.docker
@@ -45,10 +46,7 @@ def test_includes_editable_src_layout_and_subfolder_script(
 ) -> None:
     name = temp_name("layout")
     project = tmp_path / "layout"
-    for rel, text in FILES.items():
-        path = project / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(project, FILES)
     config = tiny_config(name)
     config["image"]["requirements"] = "requirements.txt"
     config["image"]["pip"] = {"no_index": True, "find_links": ["wheels"]}
