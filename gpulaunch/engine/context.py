@@ -34,7 +34,8 @@ import shutil
 import stat
 import tarfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal, Protocol
@@ -601,21 +602,61 @@ def _baseline(project: Path) -> _Allowed:
 def _detect_secrets(project: Path, rels: list[str], allowed: _Allowed) -> list[Finding]:
     import logging
 
-    from detect_secrets.core.scan import scan_file
-    from detect_secrets.settings import default_settings
+    with _offline_requests():
+        from detect_secrets.core.scan import scan_file
+        from detect_secrets.settings import default_settings
 
-    logging.getLogger("detect-secrets").disabled = True  # its stderr handler: the core is silent
-    logging.captureWarnings(False)  # its import routes every Python warning to logging
-    found: list[Finding] = []
-    with default_settings() as settings:
-        settings.disable_plugins(*_NOISY_PLUGINS)
-        for rel in rels:
-            if rel == BASELINE:  # its hashes are no secrets (detect-secrets skips it too)
-                continue
-            for secret in scan_file(str(project / rel)):
-                if (rel, secret.secret_hash) not in allowed.hashes:
-                    found.append(Finding(rel, secret.line_number or 0, secret.type))
+        logging.getLogger("detect-secrets").disabled = True  # its stderr handler
+        logging.captureWarnings(False)  # its import routes every Python warning to logging
+        found: list[Finding] = []
+        with default_settings() as settings:  # imports every plugin module, once
+            settings.disable_plugins(*_NOISY_PLUGINS)
+            for rel in rels:
+                if rel == BASELINE:  # its hashes are no secrets (detect-secrets skips it too)
+                    continue
+                for secret in scan_file(str(project / rel)):
+                    if (rel, secret.secret_hash) not in allowed.hashes:
+                        found.append(Finding(rel, secret.line_number or 0, secret.type))
     return found
+
+
+class OfflineRequest(Exception):
+    """What detect-secrets' verifiers get from `requests` while gpulaunch scans."""
+
+
+@contextmanager
+def _offline_requests() -> Iterator[None]:
+    """detect-secrets' plugins import `requests` only to verify a finding with its provider's
+    API, which a scan never asks for. While they import and scan, `requests` is a stand-in
+    whose calls raise (their verifiers' "cannot verify"): no scan can reach the network, and
+    the scan does not pay requests' and urllib3's import (about 60 ms of a source-edit
+    rebuild). A real requests already imported (the docker SDK's) is left as it is; the
+    stand-in is gone from sys.modules afterwards, so a later `import requests` gets the real
+    one."""
+    import sys
+    import types
+
+    if "requests" in sys.modules:
+        yield
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OfflineRequest("gpulaunch's secret scan sends no request")
+
+    exceptions = types.ModuleType("requests.exceptions")
+    exceptions.RequestException = OfflineRequest  # type: ignore[attr-defined]
+    stand_in = types.ModuleType("requests")
+    stand_in.__dict__.update(
+        exceptions=exceptions, RequestException=OfflineRequest, Response=object,
+        get=refuse, post=refuse, request=refuse,
+    )  # fmt: skip
+    sys.modules.update({"requests": stand_in, "requests.exceptions": exceptions})
+    try:
+        yield
+    finally:
+        for name in ("requests", "requests.exceptions"):
+            if sys.modules.get(name) in (stand_in, exceptions):
+                del sys.modules[name]
 
 
 def _shapes(texts: dict[str, str], allowed: _Allowed) -> list[Finding]:

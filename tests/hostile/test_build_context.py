@@ -323,6 +323,38 @@ def test_a_rebuild_scans_only_what_changed(
         scan_context(hostile.project, entries)  # a changed file is scanned: its bytes, its key
 
 
+def test_the_scan_runs_offline_and_leaves_requests_alone(tmp_path: Path) -> None:
+    """detect-secrets' plugins import requests only to verify findings with their providers:
+    during gpulaunch's scan that module is a stand-in whose calls raise, so no scan reaches
+    the network, and afterwards `import requests` is the real one again."""
+    (tmp_path / "cfg.py").write_text('password = "Tr0ub4dor&3horse"\n')
+    program = f"""
+import sys
+from gpulaunch.engine.context import Entry, OfflineRequest, refuse_detected_secrets
+from gpulaunch.errors import ConfigError
+try:
+    refuse_detected_secrets(pathlib.Path({str(tmp_path)!r}), [Entry("cfg.py", "file", 0o644)])
+except ConfigError as err:
+    print("refused:", err)
+import detect_secrets.plugins.base as base
+print("stand-in:", base.requests.__name__, "urllib3" in sys.modules, "requests" in sys.modules)
+try:
+    base.requests.get("https://api.example/verify")
+except OfflineRequest as err:
+    print("verify:", err)
+import requests
+print("real:", hasattr(requests, "Session"))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", "import pathlib\n" + program],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "refused: build context: cfg.py:1: holds a secret (Secret Keyword)" in out
+    assert "stand-in: requests False False" in out  # nothing of the real one was imported
+    assert "verify: gpulaunch's secret scan sends no request" in out
+    assert "real: True" in out
+
+
 # -- secret values by shape: image.env and dependency indexes ----------------------------------
 SHAPED = [
     ("hf-token", HF),
