@@ -46,7 +46,8 @@ from gpulaunch.masking import mask
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
     from gpulaunch.image.render import ImagePlan
-    from gpulaunch.image.tagcache import CachedPlan
+    from gpulaunch.image.tagcache import CachedPlan, Hit
+    from gpulaunch.planreads import Recording
 
 TAIL_LINES = 30
 MAX_IGNORE_BYTES = 1024 * 1024
@@ -239,13 +240,14 @@ def remember_digests(known: Mapping[str, str], learned: Mapping[str, str]) -> No
 
 @dataclass(frozen=True)
 class PreparedBuild:
-    plan: ImagePlan
+    plan: ImagePlan | CachedPlan  # CachedPlan: the tag cache's plan, which still stands
     dockerfile: str
     request: BuildRequest
     tag: str
     outputs: tuple[str, ...] = ()  # the output folders left out (tag cache: same rules)
     known: Mapping[str, str] = field(default_factory=dict, repr=False)  # content digests
     learned: dict[str, str] = field(default_factory=dict, repr=False)  # read by this hash
+    reads: Recording | None = field(default=None, repr=False)  # what a new plan read
 
 
 def prepare_build(
@@ -254,15 +256,25 @@ def prepare_build(
     builder: Builder,
     opts: BuildOptions,
     remember: bool = False,
+    planned: Hit | None = None,
 ) -> PreparedBuild:
     """Render, list the context, scan it for secret shapes, hash; asks no daemon and, unless
     `remember` (a build: the templates jinja2 compiled go to the user cache), writes nothing
-    (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`)."""
-    from gpulaunch.image.render import plan_image, render_dockerfile
+    (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`). `planned`:
+    the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
     from gpulaunch.outside.git import published
 
-    plan = plan_image(config, project, builder)
-    dockerfile = render_dockerfile(plan, remember)
+    plan: ImagePlan | CachedPlan
+    reads = None
+    if planned is not None:
+        plan, dockerfile = planned.plan, planned.dockerfile
+    else:
+        from gpulaunch.image.render import plan_image, render_dockerfile
+        from gpulaunch.planreads import recording
+
+        with recording(project) as reads:
+            plan = plan_image(config, project, builder)
+            dockerfile = render_dockerfile(plan, remember)
     ignore = read_dockerignore(project)
     args = build_args()
     never = _never_sent(config, project, opts)
@@ -293,7 +305,7 @@ def prepare_build(
         entries=tuple(place(entries, plan.inputs)),
         ignore_rules=tuple(rule.text() for rule in rules),
     )
-    return PreparedBuild(plan, dockerfile, request, tag, tuple(outputs), known, learned)
+    return PreparedBuild(plan, dockerfile, request, tag, tuple(outputs), known, learned, reads)
 
 
 def output_rules(project: Path) -> list[str]:
@@ -372,24 +384,26 @@ def run_build(
 ) -> BuildOutcome:
     from gpulaunch.image import tagcache
 
-    cache_key = None
+    cache_key, hit = None, None
     if not (opts.rebuild or opts.no_cache):
         cache_key = _cache_key(config, project, engine, opts)
         hit = tagcache.lookup(project, cache_key, config.name) if cache_key else None
-        if hit is not None and engine.image_exists(hit.tag):  # nothing rendered or hashed
-            engine.tag(hit.tag, f"{config.name}:latest")
+        if hit is not None and hit.tag is not None and engine.image_exists(hit.tag):
+            engine.tag(hit.tag, f"{config.name}:latest")  # nothing rendered or hashed
             return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
     builder: Builder = opts.builder or engine.builder_kind()
     remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
-    prepared = prepare_build(config, project, builder, opts, remember=True)
+    planned = hit if hit is not None and hit.tag is None and hit.builder == builder else None
+    prepared = prepare_build(config, project, builder, opts, remember=True, planned=planned)
     remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:
         if cache_key:
             ignore, never = read_dockerignore(project), _never_sent(config, project, opts)
             outputs = prepared.outputs
-            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at)
+            reads = prepared.reads.reads() if prepared.reads is not None else None
+            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at, reads)
 
     if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")

@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder
 from gpulaunch.engine.context import drop_bare_parents, effective_rules, parse_rules, scan
 from gpulaunch.fsio import read_cache, write_cache
+from gpulaunch.planreads import PlanReads
 from gpulaunch.project.layout import output_folders
 
 if TYPE_CHECKING:
@@ -54,11 +55,16 @@ class CachedPlan:
     resolved: types.SimpleNamespace
     builder: Builder
     required: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    secrets: Mapping[str, str] = dataclasses.field(default_factory=dict)  # none are cached
 
 
 @dataclasses.dataclass(frozen=True)
 class Hit:
-    tag: str
+    """`tag` None: code the plan never read changed, so the plan and its Dockerfile stand
+    and only the context is hashed again."""
+
+    tag: str | None
     builder: Builder
     dockerfile: str
     plan: CachedPlan
@@ -160,9 +166,16 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         user = parse_rules(ignore, str(project / ".dockerignore"))
         rules = effective_rules(user, required, never, outputs)
         entries = drop_bare_parents(scan(project, rules, published(project), required), outputs)
-        if _stats(project, entries) != data["entries"]:
+        now = _stats(project, entries)
+        if now == data["entries"]:
+            found: str | None = tag
+        elif _code_edit(data["entries"], now) and _plan_stands(project, data.get("reads")):
+            found = None
+        else:
             return None
-        fields = data["resolved"]
+        fields, inputs = data["resolved"], data.get("inputs", [])
+        if not all(isinstance(x, str) for x in inputs):
+            return None
         if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
             return None
         resolved = types.SimpleNamespace(
@@ -171,7 +184,25 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     except (KeyError, TypeError, ValueError, OSError):
         return None
     kind: Builder = "buildkit" if builder == "buildkit" else "classic"  # checked above
-    return Hit(tag, kind, dockerfile, CachedPlan(name, resolved, kind, tuple(required)))
+    plan = CachedPlan(name, resolved, kind, tuple(required), tuple(inputs))
+    return Hit(found, kind, dockerfile, plan)
+
+
+def _code_edit(before: object, now: list[list[Any]] | None) -> bool:
+    """Only files changed: the same entries of the same kinds, each folder as it was (a
+    file added, removed or renamed changes its folder), so every path a stat could have
+    probed is what it was."""
+    if now is None or not isinstance(before, list) or len(before) != len(now):
+        return False
+    for old, new in zip(before, now, strict=True):
+        if old != new and (old[:2] != new[:2] or new[1] != "file"):
+            return False
+    return True
+
+
+def _plan_stands(project: Path, stored: object) -> bool:
+    reads = PlanReads.from_json(stored)
+    return reads is not None and reads.still_true(project)
 
 
 def store(
@@ -182,8 +213,11 @@ def store(
     never: Sequence[str],
     outputs: Sequence[str],
     hashed_at: float,
+    reads: PlanReads | None = None,
 ) -> None:
-    """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell."""
+    """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell, and
+    what its plan read (`reads`; a plan with build secrets is never reused: their values
+    never reach a disk)."""
     entries = list(prepared.request.entries)
     stats = _stats(project, entries)
     if stats is None:
@@ -201,6 +235,16 @@ def store(
         "outputs": list(outputs),
         "ignore": ignore,
         "entries": stats,
-        "resolved": dataclasses.asdict(prepared.plan.resolved),
+        "resolved": _fields(prepared.plan.resolved),
+        "inputs": list(prepared.plan.inputs),
     }
+    if reads is not None and not prepared.plan.secrets:
+        data["reads"] = reads.to_json()
     write_cache(project / CACHE_REL, data, root=project)
+
+
+def _fields(resolved: Any) -> dict[str, Any]:
+    """A plan's resolved versions as JSON: the catalog's dataclass, or a cached plan's."""
+    if isinstance(resolved, types.SimpleNamespace):
+        return dict(vars(resolved))
+    return dataclasses.asdict(resolved)

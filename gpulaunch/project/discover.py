@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.planreads import lacks
 from gpulaunch.project.layout import find_builds, find_import_paths
 from gpulaunch.project.model import LocalInstall, Project
 from gpulaunch.project.others import (
@@ -74,6 +75,9 @@ def _is_setuptools_cfg(path: Path) -> bool:
     return bool(heads & {"[metadata]", "[options]"})
 
 
+SCRIPT_MARK = "# /// script"
+
+
 def candidates(root: Path) -> list[str]:
     """Dependency files in the order one is chosen as the entry."""
     found: list[str] = []
@@ -95,7 +99,9 @@ def candidates(root: Path) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if "# /// script" in text and script_block(text) is not None:
+        if SCRIPT_MARK not in text:
+            lacks(path, SCRIPT_MARK)  # all a plan learned of this file (a rebuild checks that)
+        elif script_block(text) is not None:
             found.append(path.name)
             break
     return found

@@ -276,3 +276,65 @@ def test_the_default_rules_are_part_of_the_key(
     assert before != after
     (project / ".dockerignore").write_text("*.md\n")
     assert build_mod._cache_key(cfg, project, Engine(), BuildOptions()) == after  # type: ignore[arg-type]
+
+
+# -- a code edit reuses the plan: what the plan read still holds --------------------------------
+def _planned(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, bool, bool]:
+    """(tag, whether the cache answered, whether the plan was made again) for one run_build;
+    the tag is checked against a fresh prepare_build inside `_run`."""
+    from gpulaunch.image import render
+
+    made: list[int] = []
+    real = render.plan_image
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render, "plan_image", counting)
+    tag, cached = _run(project)
+    monkeypatch.undo()
+    return tag, cached, len(made) > 1  # the last one is _run's own prepare_build
+
+
+def test_a_code_edit_reuses_the_plan_and_hashes_the_context_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, _ = _run(project)
+    (project / "train.py").write_text("print(2)  # a code edit\n")
+    tag, cached, replanned = _planned(project, monkeypatch)
+    assert (tag != first, cached, replanned) == (True, False, False)
+    data = json.loads((project / tagcache.CACHE_REL).read_text())
+    assert data["reads"]["lacks"] == {"train.py": "# /// script"}  # all the plan learned of it
+    assert "requirements.txt" in data["reads"]["files"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: (p / "requirements.txt").write_text("numpy\nscipy\n"),  # a file it read
+        lambda p: (p / "train.py").write_text(  # the marker it lacked
+            '# /// script\n# dependencies = ["rich"]\n# ///\nprint(1)\n'
+        ),
+        lambda p: (p / "new.py").write_text(""),  # its folder changed
+        lambda p: os.replace(p / "train.py", p / "main.py"),
+    ],
+    ids=["read-file", "pep723-block", "added", "renamed"],
+)
+def test_an_edit_that_may_change_the_plan_makes_it_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch, change: Any
+) -> None:
+    _run(project)
+    change(project)
+    _tag, cached, replanned = _planned(project, monkeypatch)  # the tag: prepare_build's
+    assert (cached, replanned) == (False, True)
+
+
+def test_a_plan_with_build_secrets_is_never_kept_for_reuse(project: Path) -> None:
+    text = CONFIG + "  pip:\n    index_url: https://user:tok3n@pypi.internal/simple\n"
+    (project / "gpulaunch.yaml").write_text(text)
+    _age(project)
+    time.sleep(0.1)
+    _run(project)
+    data = json.loads((project / tagcache.CACHE_REL).read_text())
+    assert "reads" not in data and "tok3n" not in json.dumps(data)

@@ -1,0 +1,177 @@
+"""What the image plan read of the project, so a rebuild after a code-only edit can reuse it.
+
+`plan_image` reads many project files (dependency files, root scripts for PEP 723 blocks,
+setup.py, wheelhouse listings) through many readers. None of them reports itself: while the
+plan is made, Python's own audit events ("open", "os.listdir", "os.scandir") name every path
+opened or listed, and those below the project are kept. A reader that looks at a file only
+for a marker (discover's search of root scripts for `# /// script`) says so with `lacks`:
+what the plan learned of that file is then only that the marker is absent.
+
+The record is checked by content, never by time stamps: each file read hashes the same,
+each file that lacked its marker still lacks it, each folder listed holds the same names,
+each path that was missing still is. What no audit event shows (a stat: `is_file()`) is
+covered by the tag cache, which reuses a plan only when no context entry was added, removed
+or changed kind, and no folder changed (tagcache.lookup).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_EVENTS = {"open": "file", "os.listdir": "folder", "os.scandir": "folder"}
+_MISSING = None
+STATE_DIR = ".gpulaunch"  # never read by a plan, created by the first build
+
+
+@dataclass
+class _Recorder:
+    roots: tuple[str, ...]
+    opened: Counter[str] = field(default_factory=Counter)
+    lacking: dict[str, str] = field(default_factory=dict)
+    listed: set[str] = field(default_factory=set)
+
+    def rel(self, raw: object) -> str | None:
+        """The project-relative path of an audited path; None outside the project (or an fd:
+        its path was seen when it was opened)."""
+        if isinstance(raw, int) or raw is None:
+            return None
+        path = os.path.abspath(os.fsdecode(raw))  # type: ignore[arg-type]
+        for root in self.roots:
+            if path == root or path.startswith(root + os.sep):
+                return os.path.relpath(path, root).replace(os.sep, "/")
+        return None
+
+    def saw(self, kind: str, raw: object) -> None:
+        rel = self.rel(raw)
+        if rel is not None and kind == "file":
+            self.opened[rel] += 1
+        elif rel is not None:
+            self.listed.add(rel)
+
+
+_active: list[_Recorder] = []
+_hooked = False
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if _active and event in _EVENTS:
+        for recorder in _active:
+            recorder.saw(_EVENTS[event], args[0] if args else None)
+
+
+@dataclass(frozen=True)
+class PlanReads:
+    """Files by the sha256 of their bytes (None: missing), files by the marker they lacked,
+    folders by their sorted names (None: not a folder)."""
+
+    files: dict[str, str | None]
+    lacks: dict[str, str]
+    folders: dict[str, list[str] | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": self.files, "lacks": self.lacks, "folders": self.folders}
+
+    @classmethod
+    def from_json(cls, data: object) -> PlanReads | None:
+        """None for anything but what to_json wrote."""
+        if not isinstance(data, dict) or set(data) != {"files", "lacks", "folders"}:
+            return None
+        files, lacks, folders = data["files"], data["lacks"], data["folders"]
+        if not (
+            isinstance(files, dict)
+            and all(v is None or isinstance(v, str) for v in files.values())
+            and isinstance(lacks, dict)
+            and all(isinstance(v, str) for v in lacks.values())
+            and isinstance(folders, dict)
+            and all(v is None or _names(v) for v in folders.values())
+        ):
+            return None
+        return cls(files, lacks, folders)
+
+    def still_true(self, project: Path) -> bool:
+        """Whether the project still holds what the plan read."""
+        for rel, digest in self.files.items():
+            if _digest(project / rel) != digest:
+                return False
+        for rel, marker in self.lacks.items():
+            data = _read(project / rel)
+            if data is None or marker.encode() in data:
+                return False
+        return all(_listing(project / rel) == names for rel, names in self.folders.items())
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return _MISSING
+
+
+def _digest(path: Path) -> str | None:
+    data = _read(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _listing(path: Path) -> list[str] | None:
+    """A folder's names but gpulaunch's own state (`.gpulaunch/`, which a build creates)."""
+    try:
+        return sorted(name for name in os.listdir(path) if name != STATE_DIR)
+    except OSError:
+        return None
+
+
+@dataclass
+class Recording:
+    """What `recording` yields: `reads()` once the plan is made."""
+
+    project: Path
+    _recorder: _Recorder
+
+    def reads(self) -> PlanReads:
+        rec = self._recorder
+        full = sorted(rel for rel, count in rec.opened.items() if count > 0)
+        lacks = {rel: marker for rel, marker in rec.lacking.items() if rec.opened[rel] <= 0}
+        return PlanReads(
+            {rel: _digest(self.project / rel) for rel in full},
+            lacks,
+            {rel: _listing(self.project / rel) for rel in sorted(rec.listed)},
+        )
+
+
+@contextmanager
+def recording(project: Path) -> Iterator[Recording]:
+    """Record what the code run inside reads below `project` (this thread's and any other's
+    opens: more reads only make the record stricter)."""
+    global _hooked
+    if not _hooked:
+        sys.addaudithook(_hook)  # for the process's life: idle unless a recording is active
+        _hooked = True
+    roots = tuple(dict.fromkeys((os.path.abspath(project), os.path.realpath(project))))
+    recorder = _Recorder(roots)
+    _active.append(recorder)
+    try:
+        yield Recording(project, recorder)
+    finally:
+        _active.remove(recorder)
+
+
+def lacks(path: Path, marker: str) -> None:
+    """The reader that just opened `path` learned only that `marker` is not in it."""
+    for recorder in _active:
+        rel = recorder.rel(path)
+        if rel is not None:
+            recorder.opened[rel] -= 1  # that open: what it learned is the marker's absence
+            recorder.lacking[rel] = marker

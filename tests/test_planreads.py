@@ -1,0 +1,98 @@
+"""planreads: what code read below a project, from Python's audit events, checked by content."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpulaunch.planreads import PlanReads, lacks, recording
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "requirements.txt").write_text("numpy\n")
+    (root / "train.py").write_text("print(1)\n")
+    (root / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "outside.txt").write_text("not the project's\n")
+    return root
+
+
+def _read_like_a_plan(project: Path) -> PlanReads:
+    with recording(project) as rec:
+        (project / "requirements.txt").read_text()
+        with open(project / "pkg" / "m.py", "rb") as fh:  # builtins.open, a Path
+            os.read(fh.fileno(), 10)  # reads through the fd: no second path
+        sorted(p.name for p in project.glob("*.py"))  # os.scandir
+        (project / "train.py").read_text()
+        lacks(project / "train.py", "# /// script")
+        (project.parent / "outside.txt").read_text()
+        (project / "missing.cfg").is_file()  # a stat: no audit event (the tag cache's part)
+        try:
+            open(project / "setup.cfg")  # noqa: SIM115 - opened and failed: recorded as missing
+        except FileNotFoundError:
+            pass
+    return rec.reads()
+
+
+def test_every_open_and_listing_below_the_project_is_recorded(project: Path) -> None:
+    reads = _read_like_a_plan(project)
+    assert sorted(reads.files) == ["pkg/m.py", "requirements.txt", "setup.cfg"]
+    assert reads.files["setup.cfg"] is None
+    assert reads.lacks == {"train.py": "# /// script"}
+    assert reads.folders == {".": ["pkg", "requirements.txt", "train.py"]}
+    assert PlanReads.from_json(reads.to_json()) == reads
+    assert reads.still_true(project)
+
+
+def test_a_file_read_twice_is_only_downgraded_once(project: Path) -> None:
+    with recording(project) as rec:
+        (project / "train.py").read_text()  # a reader that uses the whole file
+        (project / "train.py").read_text()
+        lacks(project / "train.py", "# /// script")  # and one that looked for a marker
+    assert "train.py" in rec.reads().files and rec.reads().lacks == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "holds"),
+    [
+        (lambda p: (p / "train.py").write_text("print(2)  # code only\n"), True),
+        (lambda p: (p / "pkg" / "other.py").write_text(""), True),  # a folder not listed
+        (lambda p: (p.parent / "outside.txt").write_text("changed\n"), True),
+        (lambda p: (p / ".gpulaunch").mkdir(), True),  # gpulaunch's state, made by a build
+        (lambda p: (p / "requirements.txt").write_text("numpy\nscipy\n"), False),
+        (lambda p: (p / "pkg" / "m.py").write_text("x = 2\n"), False),
+        (lambda p: (p / "train.py").write_text("# /// script\n# ///\n"), False),
+        (lambda p: (p / "train.py").unlink(), False),
+        (lambda p: (p / "setup.cfg").write_text("[metadata]\n"), False),
+        (lambda p: (p / "notes.md").write_text(""), False),  # the listed root changed
+    ],
+    ids=["code", "unlisted-folder", "outside", "state", "read", "read-2", "marker", "gone",
+         "appeared", "listing"],
+)  # fmt: skip
+def test_the_record_holds_until_something_the_plan_read_changes(
+    project: Path, change: object, holds: bool
+) -> None:
+    reads = _read_like_a_plan(project)
+    change(project)  # type: ignore[operator]
+    assert reads.still_true(project) is holds
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, [], {"files": {}}, {"files": {"a": 1}, "lacks": {}, "folders": {}},
+     {"files": {}, "lacks": {"a": None}, "folders": {}},
+     {"files": {}, "lacks": {}, "folders": {"a": "b"}}],
+)  # fmt: skip
+def test_anything_but_a_written_record_is_none(data: object) -> None:
+    assert PlanReads.from_json(data) is None
+
+
+def test_no_recording_records_nothing(project: Path) -> None:
+    with recording(project) as rec:
+        pass
+    (project / "requirements.txt").read_text()  # after the recording: not seen
+    assert rec.reads() == PlanReads({}, {}, {})
