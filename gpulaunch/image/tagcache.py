@@ -9,7 +9,9 @@ the user's catalog overlays, the validated config (with --set), the builder choi
 docker CLIs it is probed from), the .dockerignore text, the build args, --config and the
 GPULAUNCH_* environment. A hit also re-scans the context with the same rules and compares
 each entry's (kind, mode, size, mtime, ctime, inode): any file added, removed or rewritten
-misses. An entry changed within RACY_S of the hash is never cached (a change inside the
+misses the tag. When only files changed and none of them was read by the plan (what the plan
+read is kept: gpulaunch.planreads), the plan and its Dockerfile stand, and only the context is
+hashed again (`Hit.tag` None). An entry changed within RACY_S of the hash is never cached (a change inside the
 timestamp granularity would be invisible). A missing or corrupt file, a linked one, or one
 whose tag is not this project's `NAME:gl-<12 hex>` is a miss. (Whoever can write the
 project's .gpulaunch/ can also edit its sources: the cache adds no way in.)
