@@ -360,18 +360,19 @@ def build(
                 typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")
                 typer.echo(f"docker push {ref.repository}:{tag}")
         return
-    outcome = build_with_progress(cfg, project, opts, progress=progress)
+    engine = make_engine()  # one for the build, its notice and the push
+    outcome = build_with_progress(cfg, project, opts, engine, progress=progress)
     typer.echo(outcome.tag)
     if not outcome.cached:  # a new image: say when the older ones pile up
         from gpulaunch.cli.prune import prune_notice
 
-        prune_notice(cfg.name, outcome.tag)
+        prune_notice(cfg.name, outcome.tag, engine)
         if import_check != "off":
             _import_check(cfg, project, outcome.tag, strict=import_check == "fail")
     if push is not None:
         from gpulaunch.export.api import push_image
 
-        pushed = push_image(make_engine(), project, outcome.tag, push, lambda line: None)
+        pushed = push_image(engine, project, outcome.tag, push, lambda line: None)
         echo_err(f"pushed {pushed.pushed_tag}")
         typer.echo(pushed.reference)
 

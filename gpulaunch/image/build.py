@@ -425,7 +425,10 @@ def run_build(
             if progress.feed(line) and on_progress is not None:
                 on_progress(progress)
 
-        previous = engine.image_id(prepared.tag)  # a rebuild must not leave it dangling
+        # a rebuild must not leave the image it replaces dangling (without --rebuild or
+        # --no-cache, an image of this tag was just found missing)
+        forced = opts.rebuild or opts.no_cache
+        previous = engine.image_id(prepared.tag) if forced else None
         try:
             engine.build(prepared.request, on_line, builder)
         except BuildError as err:
