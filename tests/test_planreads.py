@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -31,10 +32,8 @@ def _read_like_a_plan(project: Path) -> PlanReads:
         lacks(project / "train.py", "# /// script")
         (project.parent / "outside.txt").read_text()
         (project / "missing.cfg").is_file()  # a stat: no audit event (the tag cache's part)
-        try:
-            open(project / "setup.cfg")  # noqa: SIM115 - opened and failed: recorded as missing
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError):
+            (project / "setup.cfg").read_text()  # opened and failed: recorded as missing
     return rec.reads()
 
 

@@ -11,10 +11,10 @@ GPULAUNCH_* environment. A hit also re-scans the context with the same rules and
 each entry's (kind, mode, size, mtime, ctime, inode): any file added, removed or rewritten
 misses the tag. When only files changed and none of them was read by the plan (what the plan
 read is kept: gpulaunch.planreads), the plan and its Dockerfile stand, and only the context is
-hashed again (`Hit.tag` None). An entry changed within RACY_S of the hash is never cached (a change inside the
-timestamp granularity would be invisible). A missing or corrupt file, a linked one, or one
-whose tag is not this project's `NAME:gl-<12 hex>` is a miss. (Whoever can write the
-project's .gpulaunch/ can also edit its sources: the cache adds no way in.)
+hashed again (`Hit.tag` None). An entry changed within RACY_S of the hash is never cached (a
+change inside the timestamp granularity would be invisible). A missing or corrupt file, a
+linked one, or one whose tag is not this project's `NAME:gl-<12 hex>` is a miss. (Whoever can
+write the project's .gpulaunch/ can also edit its sources: the cache adds no way in.)
 Only `run_build` reads and writes it; --dry-run does neither.
 """
 
