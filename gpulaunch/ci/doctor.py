@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, runtime_error
@@ -370,7 +371,8 @@ def _builds_for(cc: str, torch: str | None, driver: str | None, brand: str | Non
         for row in compat.matrix(scope):
             if not (row.cuda and row.archs and row.status == "stable"):
                 continue
-            if not compat.supports_arch(cast(Any, _Archs(row.archs, row.cuda)), cc):
+            archs = SimpleNamespace(cuda_archs=row.archs, cuda=row.cuda)  # what it reads
+            if not compat.supports_arch(cast(Any, archs), cc):
                 continue
             req = driver_rule.requirement_for(row.image, row.cuda)
             if driver and req is not None and not driver_rule.host_can_run(req, driver, brand).ok:
@@ -381,14 +383,6 @@ def _builds_for(cc: str, torch: str | None, driver: str | None, brand: str | Non
         if out:
             break
     return out[:3]
-
-
-@dataclass(frozen=True)
-class _Archs:
-    """What supports_arch reads of a resolved image."""
-
-    cuda_archs: tuple[str, ...]
-    cuda: str
 
 
 # -- host resources ----------------------------------------------------------------------

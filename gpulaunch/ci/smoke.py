@@ -172,18 +172,8 @@ class _Clock:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.stop = StopRequest()
-        self.started_at: float | None = None
-        self.ended_at: float | None = None
+        self.stop = StopRequest()  # set: the timeout ran out (a job still there or not)
         self._timer: threading.Timer | None = None
-
-    def _expire(self) -> None:
-        self.stop.set()
-
-    @property
-    def expired(self) -> bool:
-        """The timeout ran out (whether or not a job was still there to stop)."""
-        return self.stop.is_set()
 
     @property
     def timed_out(self) -> bool:
@@ -191,13 +181,11 @@ class _Clock:
         return self.stop.honoured
 
     def started(self, job: Job) -> None:
-        self.started_at = time.monotonic()
-        self._timer = threading.Timer(self.timeout, self._expire)
+        self._timer = threading.Timer(self.timeout, self.stop.set)
         self._timer.daemon = True
         self._timer.start()
 
     def finished(self, job: Job) -> None:
-        self.ended_at = time.monotonic()
         if self._timer is not None:
             self._timer.cancel()
 

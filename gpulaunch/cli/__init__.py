@@ -143,10 +143,11 @@ def _build(name: str) -> Any:
             return get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=mode)
     for group in app.registered_groups:
         if group.name == name:
-            suggest = getattr(app, "suggest_commands", None)  # typer >= 0.16
-            extra = {} if suggest is None else {"suggest_commands": suggest}
             return get_group_from_info(
-                group, pretty_exceptions_short=short, rich_markup_mode=mode, **extra
+                group,
+                pretty_exceptions_short=short,
+                suggest_commands=app.suggest_commands,
+                rich_markup_mode=mode,
             )
     return None
 

@@ -28,14 +28,7 @@ from gpulaunch.cli.app import (
     app,
     job_words,
 )
-from gpulaunch.cli.common import (
-    check_network_flag,
-    check_single_line,
-    echo_err,
-    handle_errors,
-    load_project,
-    make_engine,
-)
+from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine, print_table
 from gpulaunch.cli.image import build_with_progress
 from gpulaunch.errors import ExitCode
 
@@ -117,10 +110,11 @@ def smoke(
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
     from gpulaunch.fsio import open_stream
     from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
+    from gpulaunch.jobs.options import check_flag_lines, check_network
     from gpulaunch.launch.plan import RunOptions
 
-    check_network_flag(network)
-    check_single_line(
+    check_network(network)
+    check_flag_lines(
         {"--gpus": gpus, "--profile": profile, "--nccl": nccl, "--numa": numa,
          "--precision": precision, "--junit": junit}
     )  # fmt: skip
@@ -205,15 +199,6 @@ def doctor(
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table("", "check", "status", "fix", box=None)
-        for check in report.checks:
-            table.add_row(_MARKS[check.status], check.name, check.detail, check.fix)
-        wide = not sys.stdout.isatty()
-        for column in table.columns:
-            column.no_wrap = wide
-            column.overflow = "ignore" if wide else "fold"
-        Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+        rows = ((_MARKS[c.status], c.name, c.detail, c.fix) for c in report.checks)
+        print_table(("", "check", "status", "fix"), rows, "fold")
     raise typer.Exit(1 if report.failed else 0)

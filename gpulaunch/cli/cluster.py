@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, EnvOpt, NcclOpt, PrecisionOpt, ProfileOpt, app
-from gpulaunch.cli.common import check_single_line, echo_err, handle_errors, load_project
+from gpulaunch.cli.common import echo_err, handle_errors, load_project, print_warnings
 
 export_app = typer.Typer(
     help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
@@ -50,16 +50,6 @@ _SLURM_KEYS = ("container", "partition", "account", "time", "cpus")
 _NOT_JOB = ("output", "force", "dry_run", "context")  # the command's own, not the job's
 
 
-def _opts(script: str, args: Any, **kw: Any) -> Any:
-    from gpulaunch.export.spec import ExportOptions
-
-    check_single_line(
-        {f"--{k}": v for k, v in kw.items() if k in ("gpus", "name", "image", "profile", "nccl")}
-    )
-    kw["env"] = list(kw.get("env") or [])
-    return ExportOptions(script=script, args=list(args or []), **kw)
-
-
 def _write(text: str, output: str, force: bool, project: Path) -> None:
     from gpulaunch.fsio import is_stdout, write_file
 
@@ -72,31 +62,29 @@ def _write(text: str, output: str, force: bool, project: Path) -> None:
     echo_err(f"wrote {output}")
 
 
-def _job(given: dict[str, Any]) -> dict[str, Any]:
-    """A command's parameters without its own (output, --dry-run ...): the job's options."""
-    return {k: v for k, v in given.items() if k not in _NOT_JOB}
-
-
 def _export(given: dict[str, Any], to: str) -> Any:
     """Export for Kubernetes (`to="k8s"`) or Slurm from a command's parameters (its
     locals()); its warnings on stderr."""
     from gpulaunch.export.api import export_k8s, export_slurm
     from gpulaunch.export.slurm import SlurmOptions
+    from gpulaunch.export.spec import ExportOptions
+    from gpulaunch.jobs.options import check_flag_lines
 
-    kw = _job(given)
+    kw = {k: v for k, v in given.items() if k not in _NOT_JOB}  # the job's options
     config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
     target = {key: kw.pop(key) for key in (_K8S_KEYS if to == "k8s" else _SLURM_KEYS)}
     if to == "slurm":
-        check_single_line({"--container": target["container"], "--time": target["time"]})
+        check_flag_lines({"--container": target["container"], "--time": target["time"]})
     cfg, project = load_project(config, write_cache=not given.get("dry_run"))
-    opts = _opts(script, args, **kw)
+    check_flag_lines({f"--{k}": kw[k] for k in ("gpus", "name", "image", "profile", "nccl")})
+    kw["env"] = list(kw["env"] or [])
+    opts = ExportOptions(script=script, args=list(args or []), **kw)
     if to == "k8s":
         kind, namespace = target["kind"], target["namespace"]
         result = export_k8s(cfg, project, Path.cwd(), opts, kind, namespace, config)
     else:
         result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**target), config)
-    for warning in result.warnings:
-        echo_err(f"warning: {warning}")
+    print_warnings(result.warnings)
     return result, project
 
 
@@ -180,8 +168,9 @@ def submit_k8s_cmd(
     """Export for Kubernetes and `kubectl apply -f -` it."""
     result, _ = _export(locals(), "k8s")  # first: locals() must hold the parameters only
     from gpulaunch.export.api import submit_k8s
+    from gpulaunch.jobs.options import check_flag_lines
 
-    check_single_line({"--context": context})
+    check_flag_lines({"--context": context})
     if dry_run:
         ctx = f"--context {context} " if context else ""
         typer.echo(f"# kubectl {ctx}apply -f - <<'MANIFEST'")

@@ -1,7 +1,8 @@
 """The context every command works in, in one place: error printing and the exit-code map
-(`handle_errors`, `echo_err`), the config load, the engine, the flag checks, and what job
-commands show (the run line, plan warnings, the live GPU status line, the exit with the job's
-own code, a known failure's cause and fix last). The typer app itself is `app.py`."""
+(`handle_errors`, `echo_err`), the config load, the engine, the tables that must stay whole
+off a terminal, and what job commands show (the run line, plan warnings, the live GPU status
+line, the exit with the job's own code, a known failure's cause and fix last). The typer app
+itself is `app.py`."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import typer
 
@@ -134,16 +135,25 @@ def make_engine() -> Any:
     return Engine()
 
 
-def check_single_line(flags: dict[str, str | None]) -> None:
-    from gpulaunch.jobs.options import check_flag_lines
+def print_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    overflow: Literal["ellipsis", "fold"],
+    highlight: bool = True,
+) -> None:
+    """A rich table on stdout; off a terminal nothing is cut or wrapped: scripts read it."""
+    from rich.console import Console
+    from rich.table import Table
 
-    check_flag_lines(dict(flags))
-
-
-def check_network_flag(network: str | None) -> None:
-    from gpulaunch.jobs.options import check_network
-
-    check_network(network)
+    table = Table(*headers, box=None)
+    for row in rows:
+        table.add_row(*row)
+    wide = not sys.stdout.isatty()
+    for column in table.columns:
+        column.no_wrap = wide
+        column.overflow = "ignore" if wide else overflow
+    console = Console(width=100_000 if wide else None, markup=False, highlight=highlight)
+    console.print(table, crop=not wide)
 
 
 class StatusLine:
@@ -215,8 +225,13 @@ def status_line(io: Any, off: bool) -> Any:
     return status
 
 
-def exit_with(code: int, job: Any) -> None:
-    """The job's exit code; a failure's known cause and fix are the last line printed."""
+def exit_with(job: Any, detach: bool) -> None:
+    """Exit with the job's code, a failure's known cause and fix the last line printed
+    (`--detach`: print the container's name instead)."""
+    if detach:
+        typer.echo(job.container.name)
+        return
+    code = job.code or 0
     if code:
         echo_err(f"gpulaunch: job exited with {code}")
     if code and job.explanation is not None:
@@ -224,8 +239,8 @@ def exit_with(code: int, job: Any) -> None:
     raise typer.Exit(code)
 
 
-def print_warnings(plan: Any) -> None:
-    for warning in plan.launch.warnings:
+def print_warnings(warnings: Iterable[str]) -> None:
+    for warning in warnings:
         echo_err(f"warning: {warning}")
 
 

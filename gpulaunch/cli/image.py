@@ -18,11 +18,11 @@ import typer
 
 from gpulaunch.cli.app import ConfigOpt, NetworkOpt, SetOpt, app
 from gpulaunch.cli.common import (
-    check_network_flag,
     echo_err,
     handle_errors,
     load_project,
     make_engine,
+    print_warnings,
 )
 from gpulaunch.errors import ConfigError
 
@@ -144,8 +144,7 @@ def render(
     target = None if is_stdout(output) else resolve_output(Path(output), project, "--output")
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan, remember=True)  # not a dry run: jinja2 keeps its code
-    for warning in plan.resolved.warnings:
-        echo_err(f"warning: {warning}")
+    print_warnings(plan.resolved.warnings)
     warn_if_stale()
     remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
     if target is None:
@@ -160,11 +159,7 @@ def builder_choice(builder: str | None) -> str:
     alone, so render, dry runs and the real build agree whether or not a daemon answers."""
     if builder not in (None, "buildkit", "classic"):
         raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
-    if builder is not None:
-        return builder
-    from gpulaunch.engine.docker_api import Engine
-
-    return Engine().builder_kind()
+    return builder if builder is not None else str(make_engine().builder_kind())
 
 
 @app.command()
@@ -312,17 +307,18 @@ def build(
     ] = "warn",
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
-    from gpulaunch.engine.docker_api import Engine
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
+    from gpulaunch.jobs.options import check_network
 
-    check_network_flag(network)
+    check_network(network)
     check_progress(progress)
     if import_check not in IMPORT_CHECKS:
         raise ConfigError(f"--import-check: {import_check!r} is not warn, fail or off")
+    ref = None
     if push is not None:
         from gpulaunch.export.images import push_target
 
-        push_target(push)  # a bad reference fails before anything is built or printed
+        ref = push_target(push)  # a bad reference fails before anything is built or printed
     kind = builder_choice(builder)
     cfg, project = load_project(config, sets, write_cache=not dry_run)
     opts = BuildOptions(
@@ -333,7 +329,7 @@ def build(
         config_file=config,
     )
     if dry_run:
-        cli = Engine().docker_cli() if kind == "buildkit" else None
+        cli = make_engine().docker_cli() if kind == "buildkit" else None
         prepared = prepare_build(cfg, project, kind, opts)  # type: ignore[arg-type]
         if as_json:
             from gpulaunch.masking import mask_data
@@ -351,10 +347,7 @@ def build(
             typer.echo(json.dumps(mask_data(data), indent=2))
         else:
             typer.echo(dry_run_text(prepared, cli), nl=False)
-            if push is not None:
-                from gpulaunch.export.images import push_target
-
-                ref = push_target(push)
+            if ref is not None:
                 tag = ref.tag or prepared.tag.rpartition(":")[2]
                 typer.echo("# push (digest recorded in .gpulaunch/pushed.json)")
                 typer.echo(f"docker tag {prepared.tag} {ref.repository}:{tag}")

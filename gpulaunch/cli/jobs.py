@@ -35,12 +35,12 @@ from gpulaunch.cli.app import (
     job_words,
 )
 from gpulaunch.cli.common import (
-    check_single_line,
     echo_err,
     exit_with,
     handle_errors,
     load_project,
     make_engine,
+    print_table,
     print_warnings,
     run_line,
     status_line,
@@ -133,10 +133,10 @@ def run(
     Any other command: gpulaunch run -- python -m my.module --flag
     """
     from gpulaunch.jobs.execute import JobSpec
-    from gpulaunch.jobs.options import check_options, check_price
+    from gpulaunch.jobs.options import check_flag_lines, check_options, check_price
     from gpulaunch.launch.plan import RunOptions
 
-    check_single_line({"--price": price})
+    check_flag_lines({"--price": price})
     check_progress(progress)
     if detach and (interactive or tty):
         flag = "--interactive" if interactive else "--tty"
@@ -194,7 +194,7 @@ def _launch(
 
     detach, host = spec.opts.detach, spec.opts.no_container
     job = plan_job(spec)  # before any build
-    print_warnings(job.plan)
+    print_warnings(job.plan.launch.warnings)
     if not (detach or host):
         job.plan.run.stdin, job.plan.run.tty = choose(interactive, tty)
     shown = functools.partial(build_with_progress, progress=progress)
@@ -208,10 +208,7 @@ def _launch(
     finally:
         if status is not None:
             status.close()
-    if detach:
-        typer.echo(job.container.name)
-        return
-    exit_with(job.code or 0, job)
+    exit_with(job, detach)
 
 
 def show_dry_run(
@@ -219,30 +216,24 @@ def show_dry_run(
 ) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
-    from gpulaunch.image.build import BuildOptions, prepare_build
+    from gpulaunch.image.build import BuildOptions, dry_run_text, prepare_build
     from gpulaunch.jobs.execute import plan_job
-
-    if spec.opts.no_container:
-        job = plan_job(spec)
-        print_warnings(job.plan)
-        _print_dry_run(job.plan, None, None, as_json)
-        return
-    kind: Builder = builder_choice(None)  # type: ignore[assignment]
-    cli = make_engine().docker_cli() if kind == "buildkit" else None  # the CLI probe only
-    prepared = prepare_build(
-        spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
-    )
-    job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
-    job.plan.run.stdin, job.plan.run.tty = interactive
-    print_warnings(job.plan)
-    _print_dry_run(job.plan, prepared, cli, as_json, detach)
-
-
-def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bool = False) -> None:
-    from gpulaunch.image.build import dry_run_text
     from gpulaunch.launch.plan import dry_run_json
     from gpulaunch.masking import mask, mask_data, mask_env
 
+    prepared = cli = None
+    if spec.opts.no_container:
+        job = plan_job(spec)
+    else:
+        kind: Builder = builder_choice(None)  # type: ignore[assignment]
+        cli = make_engine().docker_cli() if kind == "buildkit" else None  # the CLI probe only
+        prepared = prepare_build(
+            spec.cfg, spec.project, kind, BuildOptions(builder=kind, config_file=spec.config_file)
+        )
+        job = plan_job(spec, spec.opts.image or spec.cfg.launch.image or prepared.tag)
+        job.plan.run.stdin, job.plan.run.tty = interactive
+    plan = job.plan
+    print_warnings(plan.launch.warnings)
     if as_json:
         typer.echo(json.dumps(mask_data(dry_run_json(prepared, plan)), indent=2))
         return
@@ -254,11 +245,10 @@ def _print_dry_run(plan: Any, prepared: Any, cli: Any, as_json: bool, detach: bo
         typer.echo(f"#   {key}={shown[key]}  ({item.source})")
     if prepared is None:
         typer.echo("# command (host)")
-        typer.echo(run_line(plan, detach))
-        return
-    typer.echo("# build (skipped when the tag exists)")
-    typer.echo(dry_run_text(prepared, cli), nl=False)
-    typer.echo("# run")
+    else:
+        typer.echo("# build (skipped when the tag exists)")
+        typer.echo(dry_run_text(prepared, cli), nl=False)
+        typer.echo("# run")
     typer.echo(run_line(plan, detach))
 
 
@@ -287,20 +277,12 @@ def ps(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
     from gpulaunch.textcheck import shown
 
-    table = Table("NAME", "PROJECT", "STATUS", "IMAGE", box=None)
-    for row in rows:
-        table.add_row(*(shown(row[k]) for k in ("name", "project", "status", "image")))
-    # Off a terminal nothing may be cut or wrapped: scripts read these names.
-    wide = not sys.stdout.isatty()
-    for column in table.columns:
-        column.no_wrap = wide
-        column.overflow = "ignore" if wide else "ellipsis"
-    Console(width=100_000 if wide else None, markup=False).print(table, crop=not wide)
+    keys = ("name", "project", "status", "image")
+    print_table(
+        [k.upper() for k in keys], ([shown(row[k]) for k in keys] for row in rows), "ellipsis"
+    )
 
 
 def _check_ident(ident: str) -> None:

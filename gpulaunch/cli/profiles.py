@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, app
-from gpulaunch.cli.common import echo_err, handle_errors
+from gpulaunch.cli.common import handle_errors, print_warnings
 
 profiles_app = typer.Typer(
     help="Launch profiles: list them, or show one resolved with the source of each value.",
@@ -67,29 +67,28 @@ def profiles_show(
 
         cfg = validate_data({"name": "none"})
     resolved = resolve_launch(cfg, CliOverrides(profile=name))
-    settings = {
-        key: {"value": item.value, "source": item.source}
-        for key, item in resolved.settings().items()
+    sections = {
+        section: {k: {"value": v.value, "source": v.source} for k, v in items}
+        for section, items in (
+            ("settings", resolved.settings().items()),
+            ("env", sorted(resolved.env.items())),
+            ("docker", sorted(resolved.docker.items())),
+        )
     }
-    env = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.env.items())}
-    docker = {k: {"value": v.value, "source": v.source} for k, v in sorted(resolved.docker.items())}
     if as_json:
         data = {
             "profile": resolved.profile,
-            "settings": settings,
-            "env": env,
-            "docker": docker,
+            **sections,
             "warnings": list(resolved.warnings),
             "notes": list(resolved.notes),
         }
         typer.echo(json.dumps(data, indent=2, default=str))
         return
     typer.echo(f"profile {resolved.profile}")
-    for section, values in (("settings", settings), ("env", env), ("docker", docker)):
+    for section, values in sections.items():
         typer.echo(f"{section}:")
         for key, item in values.items():
             typer.echo(f"  {key} = {item['value']}    # {item['source']}")
-    for warning in resolved.warnings:
-        echo_err(f"warning: {warning}")
+    print_warnings(resolved.warnings)
     for note in resolved.notes:
         typer.echo(f"note: {note}")

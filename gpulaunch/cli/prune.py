@@ -49,12 +49,14 @@ def prune(
     record of the last 30 days, among the newest N, NAME:latest, tagged by
     someone else. Removal is by image id, never forced."""
     from datetime import UTC, datetime, timedelta
+    from pathlib import Path
 
+    from gpulaunch.configcache import find_config
     from gpulaunch.image.prune import RECENT_RECORD_DAYS
     from gpulaunch.image.prune import prune as prune_images
 
     project_name, records = None, []
-    found = config is not None or _has_config()
+    found = config is not None or find_config(None, Path.cwd()).exists()
     if not (found or all_projects):
         from gpulaunch.errors import ConfigError
 
@@ -85,14 +87,6 @@ def prune(
         typer.echo(json.dumps(report.to_json(), indent=2))
         return
     _show(report)
-
-
-def _has_config() -> bool:
-    from pathlib import Path
-
-    from gpulaunch.configcache import find_config
-
-    return find_config(None, Path.cwd()).exists()
 
 
 def _show(report: Any) -> None:

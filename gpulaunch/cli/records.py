@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import AFTER_DASHDASH, ConfigOpt, RunCommand, app
-from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine
+from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine, print_table
 
 
 class _LazyEngine:
@@ -64,22 +64,13 @@ def history(
         runs = [record.to_json() for record in chosen]
         typer.echo(json.dumps({"runs": runs, "totals": dataclasses.asdict(summary)}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    columns = ("id", "start", "state", "command", "image", "gpus", "duration", "exit")
     from gpulaunch.textcheck import shown
 
-    table = Table(*(c.upper() for c in columns), "GPU-H", "COST", box=None)
-    for record in chosen:
-        line = row(record)
-        table.add_row(*(shown(line[c]) for c in (*columns, "gpu_hours", "cost")))
-    wide = not sys.stdout.isatty()  # off a terminal nothing is cut
-    for column in table.columns:
-        column.no_wrap = wide
-        column.overflow = "ignore" if wide else "ellipsis"
-    console = Console(width=100_000 if wide else None, markup=False, highlight=False)
-    console.print(table, crop=not wide)
+    columns = ("id", "start", "state", "command", "image", "gpus", "duration", "exit")
+    headers = [*(c.upper() for c in columns), "GPU-H", "COST"]
+    lines = (row(record) for record in chosen)
+    cells = ([shown(line[c]) for c in (*columns, "gpu_hours", "cost")] for line in lines)
+    print_table(headers, cells, "ellipsis", highlight=False)
     cost = f", cost {summary.cost}" if summary.cost is not None else ""
     typer.echo(
         f"total: {summary.runs} run(s), {summary.gpu_hours:.4f} GPU-hours"
@@ -116,14 +107,7 @@ def rerun(
     from gpulaunch.cli.common import exit_with, print_warnings, run_line
     from gpulaunch.cli.image import build_with_progress
     from gpulaunch.errors import ConfigError
-    from gpulaunch.jobs.execute import (
-        PENDING_IMAGE,
-        JobIO,
-        Start,
-        plan_job,
-        standard_observers,
-        start_job,
-    )
+    from gpulaunch.jobs.execute import JobIO, Start, plan_job, standard_observers, start_job
     from gpulaunch.jobs.rerun import recorded_image, rerun_spec, tree_difference
     from gpulaunch.records.store import load
 
@@ -136,12 +120,12 @@ def rerun(
     if current_code and host:
         raise ConfigError("--current-code: a host-mode run always runs the tree as it is now")
     spec.mount_project = current_code or host
-    tag = (record.image and record.image.tag) or PENDING_IMAGE
+    tag = record.image and record.image.tag
     try:  # the flags' validators (mounts, env, script) on the record's values
-        job = plan_job(spec, "(host)" if spec.opts.no_container else str(tag))
+        job = plan_job(spec, str(tag) if tag and not host else None)  # None: host or pending
     except ConfigError as err:
         raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
-    print_warnings(job.plan)
+    print_warnings(job.plan.launch.warnings)
     _note_changed_command(ident, record.command, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
     observers = standard_observers(spec, echo_err, rerun_of=ident)
@@ -163,11 +147,7 @@ def rerun(
         image=recorded_image(record, rebuild, current_code),
         ready=lambda job, _: echo_err(f"rerun of {ident}{where}: {run_line(job.plan, detach)}"),
     )
-    job = start_job(job, io, make_engine, observers, how)
-    if detach:
-        typer.echo(job.container.name)
-        return
-    exit_with(job.code or 0, job)
+    exit_with(start_job(job, io, make_engine, observers, how), detach)
 
 
 def _note_changed_command(ident: str, command: list[str], plan: Any, extra: list[str]) -> None:
