@@ -13,7 +13,9 @@ import shlex
 from typing import Any, Literal
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.export.spec import CHECKPOINT_DIR, RDZV_PORT, ExportSpec, k8s_quantity
+from gpulaunch.export.lint import INDEX_ANNOTATION, lint_manifests
+from gpulaunch.export.spec import RDZV_PORT, ExportSpec, k8s_quantity
+from gpulaunch.launch.plan import CHECKPOINTS
 
 Kind = Literal["job", "jobset", "pytorchjob"]
 KINDS: tuple[str, ...] = ("job", "jobset", "pytorchjob")
@@ -62,7 +64,7 @@ def literal(text: str) -> str:
 def _env(spec: ExportSpec, kind: Kind) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if kind != "pytorchjob":  # the Kubeflow operator injects these itself
-        index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        index = f"metadata.annotations['{INDEX_ANNOTATION}']"
         items += [
             {"name": "PET_NNODES", "value": str(spec.nodes)},
             {"name": "PET_NPROC_PER_NODE", "value": str(spec.nproc)},
@@ -96,7 +98,7 @@ def pod_context(spec: ExportSpec, kind: Kind) -> dict[str, Any]:
         volumes.append(
             {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_pvc}}
         )
-        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_DIR})
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINTS})
     pytorchjob = kind == "pytorchjob"
     return {
         "labels": labels,
@@ -145,8 +147,6 @@ def restart_policy(spec: ExportSpec, kind: Kind) -> str:
 def render_docs(spec: ExportSpec, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """The manifests as data, checked by our own lint (a failure is a ConfigError)."""
     import yaml
-
-    from gpulaunch.export.lint import lint_manifests
 
     if kind not in KINDS:
         raise ConfigError(f"--kind: {kind!r} is not one of {', '.join(KINDS)}")

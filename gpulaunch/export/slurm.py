@@ -21,7 +21,7 @@ CONTAINERS = ("pyxis", "apptainer", "docker", "podman", "none")
 _TIME = re.compile(r"(?:[0-9]+-)?[0-9]{1,2}(?::[0-9]{2}){0,2}|[0-9]+")
 _SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Expanded by the batch shell on the first node: the same values for every node.
-RDZV = ["--rdzv-backend", "c10d", "--rdzv-endpoint", "$MASTER_ADDR:$MASTER_PORT"]
+RDZV = ["--rdzv-endpoint", "$MASTER_ADDR:$MASTER_PORT", "--rdzv-id", "$SLURM_JOB_ID"]
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def torchrun_argv(spec: ExportSpec) -> list[str]:
         str(spec.nodes),
         "--nproc-per-node",
         str(spec.nproc),
+        "--rdzv-backend",
+        "c10d",
         *RDZV,
-        "--rdzv-id",
-        "$SLURM_JOB_ID",
         spec.script,
         *spec.args,
     ]
@@ -59,14 +59,13 @@ def torchrun_argv(spec: ExportSpec) -> list[str]:
 
 def srun_argv(spec: ExportSpec, opts: SlurmOptions, project: Path) -> list[str]:
     if opts.container == "none":
-        argv = [opts.gpulaunch, "run", "--no-container", "--nnodes", str(spec.nodes)]
-        argv += ["--rdzv-endpoint", "$MASTER_ADDR:$MASTER_PORT", "--rdzv-id", "$SLURM_JOB_ID"]
+        argv = [opts.gpulaunch, "run", "--no-container", "--nnodes", str(spec.nodes), *RDZV]
         argv += ["--gpus", str(spec.gpus), "--nproc", str(spec.nproc), *spec.profile_flags]
         return [*argv, spec.rel_script, "--", *spec.args]
     if opts.container == "pyxis":
         ref = parse_ref(spec.image, "image")
-        enroot = f"{ref.registry}#{ref.path}" if ref.registry else ref.path
-        enroot += (f":{ref.tag}" if ref.tag else "") + (f"@{ref.digest}" if ref.digest else "")
+        # enroot names a registry's image REGISTRY#PATH (a registry host holds no slash)
+        enroot = str(ref).replace("/", "#", 1) if ref.registry else str(ref)
         return [
             f"--container-image={enroot}",
             "--container-workdir=/workspace",

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
 
 RDZV_PORT = 29500
-MAX_NODES = 4096
-CHECKPOINT_DIR = "/checkpoints"
 _SHM = re.compile(r"([0-9]+)([bkmgBKMG]?)")
 
 
@@ -108,7 +106,8 @@ def build_spec(
     config: ProjectConfig, project: Path, cwd: Path, opts: ExportOptions, image: str
 ) -> ExportSpec:
     """Validate flags and resolve the profile into one ExportSpec (writes nothing)."""
-    from gpulaunch.launch.flags import parse_env_flags
+    from gpulaunch.launch.flags import MAX_NODES, parse_env_flags
+    from gpulaunch.launch.plan import CHECKPOINT_ENV, CHECKPOINTS
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
 
     if not 1 <= opts.nodes <= MAX_NODES:
@@ -143,17 +142,10 @@ def build_spec(
         docker_size(memory, "docker.memory")  # refused here, before any manifest is drawn
     env = launch.env_values()
     if config.launch.checkpoint_pvc:
-        env["GPULAUNCH_CHECKPOINT_DIR"] = CHECKPOINT_DIR
-    flags: list[str] = []
-    for flag, value in (
-        ("--profile", opts.profile),
-        ("--nccl", opts.nccl),
-        ("--precision", opts.precision),
-    ):
-        if value:
-            flags += [flag, value]
-    for item in opts.env:
-        flags += ["--env", item]
+        env[CHECKPOINT_ENV] = CHECKPOINTS
+    given = [("--profile", opts.profile), ("--nccl", opts.nccl), ("--precision", opts.precision)]
+    flags = [word for flag, value in given if value for word in (flag, value)]
+    flags += [word for item in opts.env for word in ("--env", item)]
     return ExportSpec(
         name=name,
         image=image,
@@ -179,17 +171,13 @@ def build_spec(
 
 def _script_in_image(script: str, project: Path, cwd: Path) -> str:
     """SCRIPT as a path relative to the project (the image holds it under /workspace)."""
+    from gpulaunch.launch.flags import project_script
+
     try:
         single_line(script)
     except ValueError as err:
         raise ConfigError(f"SCRIPT: {script!r} {err}") from None
-    path = (cwd / script).resolve()
-    if not path.is_file():
-        raise ConfigError(f"SCRIPT: {script!r} not found")
-    try:
-        return path.relative_to(project.resolve()).as_posix()
-    except ValueError:
-        raise ConfigError(f"SCRIPT: {script!r} is outside the project {project}") from None
+    return project_script(script, project, cwd, "SCRIPT")[1]
 
 
 def _pod_caps(caps: list[str]) -> tuple[str, ...]:

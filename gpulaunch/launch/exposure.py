@@ -63,9 +63,7 @@ _SYSTEM = {
 
 def protected(env: Mapping[str, str]) -> dict[str, str]:
     """Resolved host path -> what a job would get from it."""
-    found: dict[str, str] = {"/": "the host's root folder /"}
-    for path, what in _SYSTEM.items():
-        found[path] = what
+    found = {"/": "the host's root folder /", **_SYSTEM}
     found[str(state_dir())] = "gpulaunch's state folder (the record key)"
     found[str(cache_dir())] = "gpulaunch's cache folder (the config cache)"
     host = env.get("DOCKER_HOST", "")

@@ -89,24 +89,29 @@ def script_command(
     bare python its env:// rendezvous finds no RANK/WORLD_SIZE/MASTER_ADDR and fails at
     once, seen with examples/ddp at --gpus 1 on a real H200 host), so its output, last lines
     and exit code are its own, as without gpulaunch."""
-    path = (cwd / script).resolve()
-    if not path.is_file():
-        raise ConfigError(f"script: {script!r} not found")
-    try:
-        rel = path.relative_to(project)
-    except ValueError:
-        raise ConfigError(f"script: {script!r} is outside the project {project}") from None
-    target = str(PurePosixPath(WORKSPACE) / rel.as_posix())
+    path, rel = project_script(script, project, cwd, "script")
+    target = str(PurePosixPath(WORKSPACE) / rel)
+    worker = [wrapper, target, *args] if wrapper else [target, *args]
     if rdzv:
-        head = ["torchrun", *rdzv, "--nproc-per-node", str(nproc)]
-        return [*head, *([wrapper, target] if wrapper else [target]), *args]
+        return ["torchrun", *rdzv, "--nproc-per-node", str(nproc), *worker]
     if nproc != 1:  # 0: one per GPU, their count known only where the job runs
-        head = ["torchrun", "--standalone", "--nproc-per-node", str(nproc) if nproc else "gpu"]
-        return [*head, *([wrapper, target] if wrapper else [target]), *args]
-    plain = ["python", *([wrapper] if wrapper else []), target, *args]
+        return ["torchrun", "--standalone", "--nproc-per-node", str(nproc or "gpu"), *worker]
+    plain = ["python", *worker]
     if _starts_its_own_group(path):
         return ["env", *(f"{name}={value}" for name, value in ONE_RANK_ENV), *plain]
     return plain
+
+
+def project_script(script: str, project: Path, cwd: Path, where: str) -> tuple[Path, str]:
+    """SCRIPT (relative to `cwd`) as a file of the project: (its resolved path, its POSIX path
+    relative to the project, which the image holds under /workspace)."""
+    path = (cwd / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{where}: {script!r} not found")
+    try:
+        return path, path.relative_to(project.resolve()).as_posix()
+    except ValueError:
+        raise ConfigError(f"{where}: {script!r} is outside the project {project}") from None
 
 
 def _starts_its_own_group(script: Path) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +37,7 @@ class NumaPlan:
     notes: tuple[str, ...]
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "rank": r.rank,
-                "gpu": r.gpu,
-                "numa_node": r.numa_node,
-                "cpus": list(r.cpus),
-                "mems": list(r.mems),
-            }
-            for r in self.ranks
-        ]
+        return [{**asdict(r), "cpus": list(r.cpus), "mems": list(r.mems)} for r in self.ranks]
 
     def to_env(self) -> dict[str, str]:
         """The one variable `numa_bind.py` reads; empty when there is nothing to bind."""

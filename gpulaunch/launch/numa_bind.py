@@ -272,14 +272,11 @@ def _fmt(numbers: Iterable[int]) -> str:
 
 
 def _index_list(value: object, problem: str) -> list[int]:
-    if not isinstance(value, list):
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
         raise PlanError(problem)
-    out = []
-    for v in value:
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise PlanError(problem)
-        out.append(v)
-    return out
+    return list(value)
 
 
 def _say(message: str) -> None:

@@ -142,14 +142,6 @@ def _remote_engine(env: dict[str, str]) -> str:
     return f"the engine is remote ({host})" if is_remote(host) else ""
 
 
-def _cpuset(value: Any) -> frozenset[int] | None:
-    if not value:
-        return None
-    from gpulaunch.cpulist import parse_cpulist
-
-    return parse_cpulist(str(value))
-
-
 def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: str | None) -> None:
     docker = {key: item.value for key, item in launch.docker.items()}
     if docker.get("ipc"):
@@ -180,6 +172,7 @@ def plan_run(
 ) -> LaunchPlan:
     """The launch plan; `mount_project=False` runs the image's own copy of the code at
     /workspace (rerun of a recorded run) instead of mounting today's tree over it."""
+    from gpulaunch.cpulist import parse_cpulist
     from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
     from gpulaunch.launch.presets import detect_interconnect
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
@@ -223,7 +216,7 @@ def plan_run(
         gpu_names=[g.name for g in selected if g.name],
     )
     cpuset = launch.docker.get("cpuset_cpus")
-    allowed = _cpuset(cpuset.value) if cpuset is not None else None
+    allowed = parse_cpulist(str(cpuset.value)) if cpuset is not None and cpuset.value else None
     numa_mode = str(launch.numa.value)
     if topo is not None and selected and numa_mode != "off":
         try:

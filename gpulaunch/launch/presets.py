@@ -39,7 +39,6 @@ DOCKER_KEYS = (
     "ulimits",
     "cpuset_cpus",
 )
-SYSFS_ROOT_ENV = "GPULAUNCH_SYSFS_ROOT"
 
 
 # Only variables that something really reads (launch research §6). Lightning 2.x reads
@@ -185,11 +184,6 @@ def validate_builtin_specs() -> dict[str, ProfileSpec]:
     return specs
 
 
-def builtin_profiles() -> dict[str, ProfileSpec]:
-    """The profiles shipped in gpulaunch/data/profiles (models: callers may modify them)."""
-    return validate_builtin_specs()
-
-
 @lru_cache(maxsize=1)
 def nccl_presets() -> dict[str, NcclPreset]:
     """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated: from the validated
@@ -276,11 +270,6 @@ def _env_rules() -> tuple[dict[str, EnvNameRule], dict[str, tuple[re.Pattern[str
         for name, item in (data.get("values") or {}).items()
     }
     return names, values
-
-
-def env_name_rules() -> dict[str, EnvNameRule]:
-    """Deprecated / renamed / removed / non-existent variable names, by name."""
-    return dict(_env_rules()[0])
 
 
 def check_env_names(env: Mapping[str, str]) -> list[str]:

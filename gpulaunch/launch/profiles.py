@@ -120,7 +120,7 @@ class _Chains:
 
     def __init__(self, table: Mapping[str, _Entry]) -> None:
         self.table = table
-        self.builtins = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in builtin_specs().items()}
+        self.builtins = _namespace(None)
         self.checked: set[tuple[str, str]] = set()
 
     def parent(self, current: _Entry) -> _Entry | None:
@@ -296,7 +296,10 @@ def resolve_launch(
         _cli_layer(cli),
     ]
 
-    settings: dict[str, tuple[Any, str, str]] = {}
+    settings: dict[str, tuple[Any, str, str]] = {
+        "numa": ("auto", "built-in default", ""),
+        "expandable_segments": (False, "built-in default", ""),
+    }
     for layer in layers:
         settings.update(layer.settings)
 
@@ -374,10 +377,8 @@ def resolve_launch(
     _apply_name_rules(env, warnings)
 
     # allocator
-    expandable = Sourced(False, "built-in default")
-    if "expandable_segments" in settings:
-        value, source, _ = settings["expandable_segments"]
-        expandable = Sourced(bool(value), source)
+    value, source, _ = settings["expandable_segments"]
+    expandable = Sourced(bool(value), source)
     if expandable.value:
         _add_expandable_segments(env, expandable.source, warnings)
     if ALLOC_VAR in env and LEGACY_ALLOC_VAR not in env:
@@ -398,15 +399,10 @@ def resolve_launch(
                 items = ", ".join(str(v) for v in layer.docker[key])
                 warnings.append(f"docker.{key} in {layer.docker_source} {what}: {items}")
 
-    numa = Sourced("auto", "built-in default")
-    if "numa" in settings:
-        value, source, _ = settings["numa"]
-        numa = Sourced(value, source)
-
     return ResolvedLaunch(
         profile=name,
         nccl=nccl,
-        numa=numa,
+        numa=Sourced(*settings["numa"][:2]),
         precision=precision,
         expandable_segments=expandable,
         env=dict(sorted(env.items())),
@@ -465,11 +461,10 @@ def _apply_name_rules(env: dict[str, Sourced], warnings: list[str]) -> None:
         text = f"{message} [{item.source}]"
         if rule is not None and rule.translate:
             target = rule.replacement
+            del env[key]
             if target in env:
-                del env[key]
                 text += f"; {target} is also set, so {key} is dropped"
             else:
-                del env[key]
                 env[target] = Sourced(item.value, f"{item.source}, as {key}")
                 text += f"; gpulaunch passes it as {target}"
         warnings.append(text)

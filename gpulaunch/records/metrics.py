@@ -132,31 +132,30 @@ class Sampler:
     def summary(self) -> dict[str, Any] | None:
         if not self.stats:
             return None
-        gpus = []
-        for index, stats in sorted(self.stats.items()):
-            gpus.append(
-                {
-                    "index": index,
-                    "samples": stats.samples,
-                    "mean_utilization_pct": None
-                    if not stats.util_n
-                    else round(stats.util_sum / stats.util_n, 1),
-                    "peak_memory_mib": None
-                    if stats.peak_memory is None
-                    else round(stats.peak_memory / MIB),
-                    "memory_total_mib": None
-                    if stats.memory_total is None
-                    else round(stats.memory_total / MIB),
-                    "peak_power_w": stats.peak_power,
-                    "energy_wh": None if stats.last is None else round(stats.energy_j / 3600, 4),
-                }
-            )
+        gpus = [
+            {
+                "index": index,
+                "samples": stats.samples,
+                "mean_utilization_pct": (
+                    round(stats.util_sum / stats.util_n, 1) if stats.util_n else None
+                ),
+                "peak_memory_mib": _mib(stats.peak_memory),
+                "memory_total_mib": _mib(stats.memory_total),
+                "peak_power_w": stats.peak_power,
+                "energy_wh": None if stats.last is None else round(stats.energy_j / 3600, 4),
+            }
+            for index, stats in sorted(self.stats.items())
+        ]
         return {
             "interval_s": self.interval,
             "sampler_cpu_s": round(self.cpu_s, 4),
             "sampler_wall_s": round(self.wall_s, 2),
             "gpus": gpus,
         }
+
+
+def _mib(size: int | None) -> int | None:
+    return None if size is None else round(size / MIB)
 
 
 def status_text(samples: list[GpuSample]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import GpulaunchError
-from gpulaunch.records.record import complete
+from gpulaunch.records.record import complete, seconds_between
 from gpulaunch.records.store import (
     RunRecord,
     Warn,
@@ -28,8 +28,6 @@ from gpulaunch.records.store import (
     record_path,
     save,
 )
-
-WORKSPACE = "/workspace"
 
 
 def _launcher_alive(record: RunRecord) -> bool:
@@ -65,16 +63,14 @@ def complete_from_container(record: RunRecord, container: Any) -> bool:
     if state.get("Running") or state.get("Restarting") or state.get("Status") == "created":
         return False
     started, finished = parse_time(state.get("StartedAt")), parse_time(state.get("FinishedAt"))
-    if started is not None and finished is not None:
-        record.duration_s = round(max(0.0, (finished - started).total_seconds()), 1)
+    if (duration := seconds_between(started, finished)) is not None:
+        record.duration_s = duration
     code = state.get("ExitCode")
     restarts = attrs.get("RestartCount")
     if isinstance(restarts, int) and restarts:
         record.restarts.count = restarts
     ended = iso(finished) if finished is not None else None
-    complete(record, code if isinstance(code, int) else None, ended or "")
-    if ended is None:
-        record.ended_at = None
+    complete(record, code if isinstance(code, int) else None, ended)
     if record.state == "running":  # no exit code from the engine
         record.state = "lost"
     return True
@@ -117,6 +113,8 @@ def _reconcile_one(project: Path, record: RunRecord, engine: Any, warn: Warn) ->
 
 def project_of(container: Any) -> Path | None:
     """The project folder a gpulaunch container runs in: the source of its /workspace."""
+    from gpulaunch.engine.runspec import WORKSPACE
+
     for mount in (getattr(container, "attrs", None) or {}).get("Mounts") or []:
         if mount.get("Destination") == WORKSPACE and isinstance(mount.get("Source"), str):
             return Path(mount["Source"])

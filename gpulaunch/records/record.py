@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -119,15 +120,21 @@ def cost(hours: float | None, price: str | None) -> str | None:
     return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
-def complete(record: RunRecord, code: int | None, ended: str, state: str = "") -> None:
+def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    """A run's duration (never negative: clocks of two machines), None when a time is unknown."""
+    if start is None or end is None:
+        return None
+    return round(max(0.0, (end - start).total_seconds()), 1)
+
+
+def complete(record: RunRecord, code: int | None, ended: str | None, state: str = "") -> None:
     """Fill the end of a record: exit code or signal, duration, GPU-hours and cost."""
     record.exit_code = code
     record.signal = signal_name(code)
     record.state = state or state_of(code)
     record.ended_at = ended
-    start, end = parse_time(record.started_at), parse_time(ended)
-    if record.duration_s is None and start is not None and end is not None:
-        record.duration_s = round(max(0.0, (end - start).total_seconds()), 1)
+    if record.duration_s is None:
+        record.duration_s = seconds_between(parse_time(record.started_at), parse_time(ended))
     record.gpu_hours = gpu_hours(record.gpus.count, record.duration_s)
     record.cost = cost(record.gpu_hours, record.price_per_gpu_hour)
 
