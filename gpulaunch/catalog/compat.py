@@ -15,11 +15,11 @@ from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.data import (
     CC_RE,
     CONFIDENCES,
-    TORCH_RE,
     UNVERIFIED,
     Variant,
     load_catalog,
     major_minor,
+    parse_xyz,
     version_key,
 )
 from gpulaunch.catalog.request import (
@@ -41,7 +41,8 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
     pairs = cat.patches()
     if torch is not None:
         text = torch.strip()
-        if TORCH_RE.match(text) and text.count(".") == 1:
+        parsed = parse_xyz(text)
+        if parsed is not None and parsed[1] is None:  # x.y: every patch of that release
             pairs = [(rel, p) for rel, p in pairs if version_key(rel.minor) == version_key(text)]
         else:
             sel = select_torch(cat, text)

@@ -25,15 +25,9 @@ UNVERIFIED = "low"
 BUILD_LISTS = ("complete", "partial")
 
 
-def verified(confidence: str) -> bool:
-    """Whether a fact with this confidence was read from a source (see UNVERIFIED)."""
-    return confidence != UNVERIFIED
-
-
 VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+XYZ_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")  # a CUDA or torch version: x.y or x.y.z
 CU_VARIANT_RE = re.compile(r"^cu(\d+)(\d)$")
-TORCH_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 PYTHON_RE = re.compile(r"^3\.\d+$")
 CC_RE = re.compile(r"^(\d+)\.(\d+)[af]?$")
 DASH = "\u2013"  # en dash for ranges in messages: "3.8\u20133.11"
@@ -52,8 +46,14 @@ def major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def join_names(items: Iterable[str]) -> str:
-    return ", ".join(items)
+def parse_xyz(text: str) -> tuple[str, str | None] | None:
+    """A CUDA or torch version as ("x.y", "x.y.z" or None without a patch), each number
+    normalised ("12.04.1" -> "12.4", "12.4.1"); None when `text` is neither form."""
+    m = XYZ_RE.match(text)
+    if not m:
+        return None
+    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    return xy, (f"{xy}.{int(m.group(3))}" if m.group(3) is not None else None)
 
 
 # ---------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class TorchRelease(NamedTuple):
     def python_range(self) -> str:
         text = f"{self.python_min}{DASH}{self.python_max}"
         if self.python_experimental:
-            text += f" ({join_names(self.python_experimental)} experimental)"
+            text += f" ({', '.join(self.python_experimental)} experimental)"
         return text
 
 
@@ -249,7 +249,7 @@ class _Node:
     def confidence(self) -> str:
         value = self.opt_text("confidence") or "high"
         if value not in CONFIDENCES:
-            raise _bad(f"{self.path}.confidence", f"must be one of {join_names(CONFIDENCES)}")
+            raise _bad(f"{self.path}.confidence", f"must be one of {', '.join(CONFIDENCES)}")
         return value
 
     def node(self, key: str) -> _Node:
@@ -277,7 +277,7 @@ class _Node:
     def done(self) -> None:
         extra = sorted(set(self.data) - self.seen)
         if extra:
-            raise _bad(self.path, f"unknown key(s) {join_names(extra)}")
+            raise _bad(self.path, f"unknown key(s) {', '.join(extra)}")
 
 
 class _ShapeError(CatalogError):
@@ -382,7 +382,7 @@ def _release(node: _Node) -> TorchRelease:
     )
     py.done()
     if release.builds not in BUILD_LISTS:
-        raise _bad(f"{node.path}.builds", f"must be one of {join_names(BUILD_LISTS)}")
+        raise _bad(f"{node.path}.builds", f"must be one of {', '.join(BUILD_LISTS)}")
     for key in ("min", "max"):
         if not PYTHON_RE.fullmatch(getattr(release, f"python_{key}")):
             raise _bad(f"{py.path}.{key}", "expected a Python version such as 3.11")

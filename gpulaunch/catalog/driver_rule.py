@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from gpulaunch.catalog.data import CONFIDENCES, major_minor, version_key
 from gpulaunch.errors import CatalogError, ConfigError
 
 _VERSION_RE = re.compile(r"\d+(?:\.\d+){0,3}")
 _COND_RE = re.compile(r"(cuda|driver|brand|arch)(>=|<=|=|<|>)([A-Za-z0-9.]+)")
 _CUDA_TAG_RE = re.compile(r"(?:nvcr\.io/)?nvidia/cuda:(\d+\.\d+\.\d+)-")
 _NGC_TAG_RE = re.compile(r"nvcr\.io/nvidia/pytorch:(\d\d\.\d\d)-")
-_NOT_REACHED = (0,)
-
-
-def _vt(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,7 @@ class Requirement:
         """The lowest driver that satisfies the rule for every GPU brand."""
         floors = [_alt_floor(alt) for alt in self.alternatives if not _brands_of(alt)]
         known = [f for f in floors if f is not None]
-        return min(known, key=_vt) if known else None
+        return min(known, key=version_key) if known else None
 
     def branches(self) -> dict[str, tuple[str, ...]]:
         """Forward-compatibility branches: lower bound -> the brands admitted on it."""
@@ -69,7 +65,7 @@ class Requirement:
             low = _alt_floor(alt)
             if brands and low is not None:
                 out.setdefault(low, []).extend(b for b in brands if b not in out.get(low, []))
-        return {k: tuple(v) for k, v in sorted(out.items(), key=lambda kv: _vt(kv[0]))}
+        return {k: tuple(v) for k, v in sorted(out.items(), key=lambda kv: version_key(kv[0]))}
 
 
 @dataclass(frozen=True)
@@ -101,7 +97,7 @@ def _alt_floor(alt: tuple[Condition, ...]) -> str | None:
             if first is None:
                 return None
             lows.append(first)
-    return max(lows, key=_vt) if lows else None
+    return max(lows, key=version_key) if lows else None
 
 
 @functools.cache
@@ -164,9 +160,9 @@ def brand_name(nvml_brand: object) -> str | None:
 
 def driver_cuda(driver: str) -> str | None:
     """The newest CUDA X.Y this driver supports (None below CUDA 11.0)."""
-    have = _vt(driver)
-    fits = [cuda for cuda, first in _data()["driver_cuda"].items() if _vt(first) <= have]
-    return max(fits, key=_vt) if fits else None
+    have = version_key(driver)
+    fits = [cuda for cuda, first in _data()["driver_cuda"].items() if version_key(first) <= have]
+    return max(fits, key=version_key) if fits else None
 
 
 def cuda_image_requirement(cuda: str) -> Requirement:
@@ -202,7 +198,7 @@ def _reported() -> tuple[tuple[str, ReportedRule], ...]:
         where = f"driver rules: reported_require_cuda {version}"
         if not isinstance(row, dict) or set(row) != {"rule", "source", "confidence"}:
             raise CatalogError(f"{where}: expected rule, source and confidence")
-        if row["confidence"] not in ("high", "medium", "low"):
+        if row["confidence"] not in CONFIDENCES:
             raise CatalogError(f"{where}: confidence must be high, medium or low")
         parse_requirement(str(row["rule"]), where, _data()["datacenter_brands"])
         out.append(
@@ -220,36 +216,37 @@ def _unverified(cuda: str, table: dict[str, str], reported: dict[str, ReportedRu
     which nothing here foretells). Never a copy of the previous release alone: that misses the
     branch each release adds (13.2 lists 590, 13.1 did not). Marked unverified: never the rule
     of a default image (resolver), and named in every message."""
-    xy = _xy(cuda)
+    xy = major_minor(cuda)
     if xy not in _data()["driver_cuda"]:
         raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
-    seen = [v for v in reported if _xy(v) == xy and _vt(v) <= _vt(cuda)]
-    same = [v for v in table if _xy(v) == xy]
+    seen = [v for v in reported if major_minor(v) == xy and version_key(v) <= version_key(cuda)]
+    same = [v for v in table if major_minor(v) == xy]
     if seen:
-        near = max(seen, key=_vt)
+        near = max(seen, key=version_key)
         row = reported[near]
         text, how = row.rule, f"reported for {near}, {row.confidence} confidence"
     elif same:
-        near = max(same, key=_vt)
+        near = max(same, key=version_key)
         text, how = table[near], f"rule of {near}"
     else:
         text, how = _pattern_model(xy, {**table, **{v: r.rule for v, r in reported.items()}})
-    req = parse_requirement(text, f"nvidia/cuda {cuda} (unverified: {how})")
-    return Requirement(req.text, req.source, req.alternatives, req.enforced, verified=False)
+    return replace(
+        parse_requirement(text, f"nvidia/cuda {cuda} (unverified: {how})"), verified=False
+    )
 
 
 def _pattern_model(xy: str, known: dict[str, str]) -> tuple[str, str]:
     """`cuda>=X.Y` with the branches of the newest known rule below X.Y (13.0 carried 12.9's),
     plus the previous X.Y's driver branch (NVIDIA's pattern, driver_rules.yaml)."""
-    older = [v for v in known if _vt(_xy(v)) < _vt(xy)]
+    older = [v for v in known if version_key(major_minor(v)) < version_key(xy)]
     if not older:
         return f"cuda>={xy}", f"cuda>={xy} alone"
-    near = max(older, key=_vt)
+    near = max(older, key=version_key)
     clauses = [w for w in known[near].split() if "driver<" in w]
-    previous = [c for c in _data()["driver_cuda"] if _vt(c) < _vt(xy)]
+    previous = [c for c in _data()["driver_cuda"] if version_key(c) < version_key(xy)]
     added = ""
     if previous and clauses:
-        branch = int(_data()["driver_cuda"][max(previous, key=_vt)].split(".")[0])
+        branch = int(_data()["driver_cuda"][max(previous, key=version_key)].split(".")[0])
         listed = {int(w.split("driver>=")[1].split(",")[0].split(".")[0]) for w in clauses}
         if branch not in listed:
             brands = list(dict.fromkeys(w.split(",")[0] for w in clauses))
@@ -258,10 +255,6 @@ def _pattern_model(xy: str, known: dict[str, str]) -> tuple[str, str]:
     text = " ".join([f"cuda>={xy}", *clauses])
     how = f"NVIDIA's pattern: branches of {near}{added}" if clauses else f"cuda>={xy} alone"
     return text, how
-
-
-def _xy(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def stored_rules() -> dict[str, str]:
@@ -287,7 +280,7 @@ def wheel_requirement(cuda: str) -> Requirement:
             f"image.cuda: no driver data for CUDA {cuda!r}; known majors: {', '.join(floors)}"
         )
     req = parse_requirement(f"driver>={floors[major]}", f"torch wheel for CUDA {major}.x")
-    return Requirement(req.text, req.source, req.alternatives, enforced=False)
+    return replace(req, enforced=False)
 
 
 def ngc_requirement(tag: str) -> Requirement:
@@ -315,8 +308,8 @@ def _holds(cond: Condition, driver: str, brand: str | None) -> bool:
         return brand is None or brand == cond.value  # brand unknown: cannot refuse on it
     if cond.key == "arch":
         return True
-    have = _vt(driver) if cond.key == "driver" else _vt(driver_cuda(driver) or "0")
-    want = _vt(cond.value)
+    have = version_key(driver) if cond.key == "driver" else version_key(driver_cuda(driver) or "0")
+    want = version_key(cond.value)
     if cond.key == "driver" and cond.op in ("<", "<="):  # driver<471 bounds the branch 470
         have = have[: len(want)]
     return {

@@ -21,6 +21,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpulaunch.catalog.data import VERSION_RE, version_key
 from gpulaunch.errors import CatalogError, ConfigError
 
 PATH_ENV = "GPULAUNCH_CATALOG_PATH"
@@ -30,6 +31,7 @@ _TOP_KEYS = ("overlay_version", "research_date", "sources", "note", "torch", "cu
              "drivers", "ngc")  # fmt: skip
 # (section, list key, row key): the keyed lists an overlay may add to or change
 _LISTS = (
+    ("torch", "releases", "minor"),
     ("cuda_images", "versions", "cuda"),
     ("drivers", "toolkit", "cuda"),
     ("ngc", "releases", "tag"),
@@ -43,21 +45,11 @@ class Overlay(NamedTuple):
     research_date: date
 
 
-def config_home() -> Path:
-    """$XDG_CONFIG_HOME, else ~/.config (the XDG default)."""
-    value = os.environ.get("XDG_CONFIG_HOME", "")
-    return Path(value) if os.path.isabs(value) else Path.home() / ".config"
-
-
-def cache_home() -> Path:
-    """$XDG_CACHE_HOME, else ~/.cache."""
-    from gpulaunch.fsio import cache_dir
-
-    return cache_dir().parent
-
-
 def overlay_dir() -> Path:
-    return config_home() / "gpulaunch" / "catalog.d"
+    """$XDG_CONFIG_HOME/gpulaunch/catalog.d ($XDG_CONFIG_HOME: ~/.config, the XDG default)."""
+    value = os.environ.get("XDG_CONFIG_HOME", "")
+    home = Path(value) if os.path.isabs(value) else Path.home() / ".config"
+    return home / "gpulaunch" / "catalog.d"
 
 
 def overlay_paths() -> list[Path]:
@@ -154,20 +146,15 @@ def merge(base: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
     """A copy of `base` with the overlay's rows merged in and tagged with their origin."""
     out = copy.deepcopy(base)
     where = f"catalog overlay {overlay.path}"
-    origin = str(overlay.path)
-    torch = overlay.data.get("torch")
-    if torch is not None:
-        releases = _list(_mapping(torch, f"{where}: torch"), "releases", f"{where}: torch")
-        target = _mapping(out.get("torch"), "catalog: torch")
-        target["releases"] = _merge_releases(target.get("releases"), releases, where, origin)
     for section, key, row_key in _LISTS:
         value = overlay.data.get(section)
         if value is None:
             continue
         rows = _list(_mapping(value, f"{where}: {section}"), key, f"{where}: {section}")
         target = _mapping(out.get(section), f"catalog: {section}")
+        merge_row = _merge_release if section == "torch" else _replace
         target[key] = _merge_rows(target.get(key), rows, row_key, f"{where}: {section}.{key}",
-                                  lambda row: _tag(row, origin))  # fmt: skip
+                                  str(overlay.path), merge_row)  # fmt: skip
     return out
 
 
@@ -193,28 +180,35 @@ def _tag(row: dict[str, Any], origin: str) -> dict[str, Any]:
     return tagged
 
 
+_RowMerge = Callable[[dict[str, Any] | None, dict[str, Any], str, str], dict[str, Any]]
+
+
 def _merge_rows(
-    base: object,
-    rows: list[Any],
-    key: str,
-    where: str,
-    tag: Callable[[dict[str, Any]], dict[str, Any]],
+    base: object, rows: list[Any], key: str, where: str, origin: str, merge_row: _RowMerge
 ) -> list[Any]:
-    """Rows replace the base row with the same `key` value, or are added; order: by version
-    where the key is one, else appended."""
+    """Each row merged (`merge_row(old or None, row, where, origin)`) into the base row with
+    the same `key` value, or added; order: by version where the key is one, else appended."""
     merged: list[Any] = list(base) if isinstance(base, list) else []
     for i, row in enumerate(rows):
-        row = _mapping(row, f"{where}[{i}]")
+        at = f"{where}[{i}]"
+        row = _mapping(row, at)
         if ORIGIN in row:
-            raise CatalogError(f"{where}[{i}]: {ORIGIN!r} is set by gpulaunch, not in a file")
+            raise CatalogError(f"{at}: {ORIGIN!r} is set by gpulaunch, not in a file")
         if not isinstance(row.get(key), str):
-            raise CatalogError(f"{where}[{i}].{key}: missing (a quoted string)")
+            raise CatalogError(f"{at}.{key}: missing (a quoted string)")
         index = _find(merged, key, row[key])
         if index is None:
-            merged.append(tag(row))
+            merged.append(merge_row(None, row, at, origin))
         else:
-            merged[index] = tag(row)
+            merged[index] = merge_row(merged[index], row, at, origin)
     return _sorted(merged, key)
+
+
+def _replace(
+    old: dict[str, Any] | None, row: dict[str, Any], at: str, origin: str
+) -> dict[str, Any]:
+    """A row of a keyed list: the overlay's row replaces the base's whole."""
+    return _tag(row, origin)
 
 
 def _find(rows: list[Any], key: str, value: str) -> int | None:
@@ -226,43 +220,33 @@ def _find(rows: list[Any], key: str, value: str) -> int | None:
 def _sorted(rows: list[Any], key: str) -> list[Any]:
     def order(row: Any) -> tuple[int, ...]:
         value = row.get(key) if isinstance(row, dict) else None
-        if isinstance(value, str) and re.match(r"^\d+(\.\d+)*$", value):
-            return tuple(int(p) for p in value.split("."))
+        if isinstance(value, str) and VERSION_RE.match(value):
+            return version_key(value)
         return (1 << 30,)
 
     return sorted(rows, key=order)
 
 
-def _merge_releases(base: object, rows: list[Any], where: str, origin: str) -> list[Any]:
-    """torch.releases by `minor`: a new minor is a whole row; for a known one, its `patches`
-    and `variants` merge by key and any other field (python, pypi_default, glibc, confidence)
-    replaces the packaged one."""
-    merged: list[Any] = list(base) if isinstance(base, list) else []
-    for i, row in enumerate(rows):
-        at = f"{where}: torch.releases[{i}]"
-        row = _mapping(row, at)
-        if ORIGIN in row:
-            raise CatalogError(f"{at}: {ORIGIN!r} is set by gpulaunch, not in a file")
-        minor = row.get("minor")
-        if not isinstance(minor, str):
-            raise CatalogError(f"{at}.minor: missing (a quoted string)")
-        index = _find(merged, "minor", minor)
-        if index is None:
-            merged.append(_tag_release(row, origin))
-            continue
-        old = copy.deepcopy(merged[index])
-        for field, value in row.items():
-            if field in ("patches", "variants"):
-                if not isinstance(value, list):
-                    raise CatalogError(f"{at}.{field}: expected a list")
-                key = "torch" if field == "patches" else "variant"
-                old[field] = _merge_rows(old.get(field), value, key, f"{at}.{field}",
-                                         lambda r: _tag(r, origin))  # fmt: skip
-            elif field != "minor":
-                old[field] = copy.deepcopy(value)
-                old[ORIGIN] = origin  # the release's own facts now come from the overlay
-        merged[index] = old
-    return _sorted(merged, "minor")
+def _merge_release(
+    old: dict[str, Any] | None, row: dict[str, Any], at: str, origin: str
+) -> dict[str, Any]:
+    """A torch release (by `minor`): a new minor is a whole row; for a known one, its
+    `patches` and `variants` merge by key and any other field (python, pypi_default, glibc,
+    confidence) replaces the packaged one."""
+    if old is None:
+        return _tag_release(row, origin)
+    merged = copy.deepcopy(old)
+    for field, value in row.items():
+        if field in ("patches", "variants"):
+            if not isinstance(value, list):
+                raise CatalogError(f"{at}.{field}: expected a list")
+            key = "torch" if field == "patches" else "variant"
+            merged[field] = _merge_rows(merged.get(field), value, key, f"{at}.{field}",
+                                        origin, _replace)  # fmt: skip
+        elif field != "minor":
+            merged[field] = copy.deepcopy(value)
+            merged[ORIGIN] = origin  # the release's own facts now come from the overlay
+    return merged
 
 
 def _tag_release(row: dict[str, Any], origin: str) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from gpulaunch.catalog.data import major_minor, version_key
+
 _FINAL_RE = re.compile(r"^\d+\.\d+\.\d+$")
 # torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl (the cp3XXt ABI is free-threaded: skipped)
 _WHEEL_RE = re.compile(
@@ -32,11 +34,6 @@ _CUDA_PKG_RE = re.compile(r"^(?:cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?)$")
 _CUDNN_PKG_RE = re.compile(r"^nvidia-cudnn-cu\d+$")
 
 
-def vt(version: str) -> tuple[int, ...]:
-    """Numeric tuple of a dotted version ("2.10" after "2.9")."""
-    return tuple(int(part) for part in version.split("."))
-
-
 class ReleaseFacts(NamedTuple):
     """One final release of one project, as its wheel files describe it."""
 
@@ -52,7 +49,7 @@ class ReleaseFacts(NamedTuple):
         """The higher of Requires-Python's floor and the oldest CPython with a wheel (torch
         2.5.1 says >=3.8.0 but has no cp38 wheel)."""
         found = [v for v in (python_floor(self.requires_python), *self.pythons[:1]) if v]
-        return max(found, key=vt) if found else None
+        return max(found, key=version_key) if found else None
 
     @property
     def python_max(self) -> str | None:
@@ -123,8 +120,8 @@ def _release(version: str, files: list[Any]) -> ReleaseFacts | None:
     return ReleaseFacts(
         version=version,
         requires_python=requires,
-        pythons=tuple(sorted(pythons, key=vt)),
-        glibc=max(glibcs, key=vt) if glibcs else None,
+        pythons=tuple(sorted(pythons, key=version_key)),
+        glibc=max(glibcs, key=version_key) if glibcs else None,
         date=min(dates) if dates else None,
         pure=pure,
     )
@@ -169,7 +166,7 @@ def wheel_cuda(pins: Mapping[str, str]) -> WheelCuda | None:
     if cuda is None or not re.match(r"^\d+\.\d+", cuda):
         return None
     cudnn = next((v for k, v in pins.items() if _CUDNN_PKG_RE.match(k)), None)
-    return WheelCuda(".".join(cuda.split(".")[:2]), cudnn)
+    return WheelCuda(major_minor(cuda), cudnn)
 
 
 _TORCH_REQ_RE = re.compile(r"^\s*torch(?![\w.-])\s*(?:\[[^\]]*\])?\s*([^;]*?)\s*(?:;(.*))?$", re.I)

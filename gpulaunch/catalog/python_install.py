@@ -12,15 +12,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpulaunch.catalog.data import DASH, VERSION_RE, version_key
 from gpulaunch.errors import CatalogError, ConfigError
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 _PIP_WHEEL_RE = re.compile(r"^pip-(\d+(?:\.\d+)*)-py3-none-any\.whl$")
 DATA = "gpulaunch/data/python_install.yaml"
-
-
-def _vt(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
 
 
 class PipFloor(NamedTuple):
@@ -59,7 +55,7 @@ def pip_floor() -> PipFloor:
     if not isinstance(pip, dict):
         raise _bad("pip", "expected a mapping")
     floor, why = pip.get("min"), pip.get("why")
-    if not isinstance(floor, str) or not _VERSION_RE.match(floor):
+    if not isinstance(floor, str) or not VERSION_RE.match(floor):
         raise _bad("pip.min", "expected a quoted version")
     if not isinstance(why, str):
         raise _bad("pip.why", "expected a quoted string")
@@ -76,16 +72,15 @@ def wheelhouse_pip(folders: list[Path], floor: str) -> str | None:
             continue
         for name in names:
             m = _PIP_WHEEL_RE.match(name)
-            if m and _vt(m.group(1)) >= _vt(floor):
+            if m and version_key(m.group(1)) >= version_key(floor):
                 found.append(m.group(1))
-    return max(found, key=_vt) if found else None
+    return max(found, key=version_key) if found else None
 
 
 # ---------------------------------------------------------------------------
 # Python sources
 # ---------------------------------------------------------------------------
 
-SOURCES = ("distro", "deadsnakes", "standalone", "image")
 _DATE_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 
@@ -106,7 +101,7 @@ class Standalone(NamedTuple):
 
 def _texts(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(
-        isinstance(v, str) and _VERSION_RE.match(v) for v in value
+        isinstance(v, str) and VERSION_RE.match(v) for v in value
     ):
         raise _bad(where, "expected a list of quoted versions")
     return tuple(value)
@@ -149,7 +144,7 @@ def standalone() -> Standalone:
     if not isinstance(row, dict) or not isinstance(row.get("uv_image"), str):
         raise _bad("sources.standalone", "expected a mapping with uv_image")
     glibc = row.get("glibc")
-    if not isinstance(glibc, str) or not _VERSION_RE.match(glibc):
+    if not isinstance(glibc, str) or not VERSION_RE.match(glibc):
         raise _bad("sources.standalone.glibc", "expected a quoted version")
     return Standalone(_texts(row.get("pythons"), "sources.standalone"), glibc, row["uv_image"])
 
@@ -219,9 +214,9 @@ def _standalone(python: str, glibc: str, os_name: str) -> Choice:
     if python not in row.pythons:
         raise CatalogError(
             f"image.python_source: standalone CPython builds exist for Python "
-            f"{row.pythons[0]}\u2013{row.pythons[-1]}; got {python}"
+            f"{row.pythons[0]}{DASH}{row.pythons[-1]}; got {python}"
         )
-    if _vt(glibc) < _vt(row.glibc):
+    if version_key(glibc) < version_key(row.glibc):
         raise CatalogError(
             f"image.python_source: standalone CPython needs glibc >= {row.glibc}; "
             f"{os_name} has {glibc}"

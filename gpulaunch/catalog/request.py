@@ -18,19 +18,16 @@ from typing import TYPE_CHECKING, NamedTuple
 from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.data import (
     CU_VARIANT_RE,
-    CUDA_RE,
     DASH,
     PYTHON_RE,
-    TORCH_RE,
     UNVERIFIED,
-    VERSION_RE,
     Catalog,
     Patch,
     T,
     TorchRelease,
     Variant,
-    join_names,
     major_minor,
+    parse_xyz,
     version_key,
 )
 from gpulaunch.catalog.python_install import Choice, choose_source
@@ -210,18 +207,17 @@ def parse_cuda(cat: Catalog, value: str | None) -> CudaReq | str | None:
         return "cpu"
     if m := CU_VARIANT_RE.match(text):
         text = f"{int(m.group(1))}.{m.group(2)}"
-    m = CUDA_RE.match(text)
-    if not m:
+    parsed = parse_xyz(text)
+    if parsed is None:
         raise CatalogError(
             f'image.cuda: expected a CUDA version like "12.4", "12.4.1", "cu124" or "cpu"; '
             f"got {value!r}"
         )
-    xy = f"{int(m.group(1))}.{int(m.group(2))}"
-    full = f"{xy}.{int(m.group(3))}" if m.group(3) is not None else None
+    xy, full = parsed
     known = cat.cuda_xys()
     if xy not in known:
         raise CatalogError(
-            f"image.cuda: unknown CUDA {xy}; nearest known: {join_names(_nearest(xy, list(known)))}"
+            f"image.cuda: unknown CUDA {xy}; nearest known: {', '.join(_nearest(xy, list(known)))}"
         )
     return CudaReq(xy, full)
 
@@ -268,35 +264,33 @@ def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
         release = newest_of(ready or cat.releases, lambda r: r.minor)
         return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
     text = value.strip()
-    m = TORCH_RE.match(text)
-    if not m:
+    parsed = parse_xyz(text)
+    if parsed is None:
         raise CatalogError(
             f'image.torch: expected a version like "2.4.1", "2.4" or "none"; got {value!r}'
         )
-    xy = f"{int(m.group(1))}.{int(m.group(2))}"
+    xy, full = parsed
     for release in cat.releases:
         if version_key(release.minor) != version_key(xy):
             continue
-        if m.group(3) is None:
+        if full is None:
             return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
         for patch in release.patches:
             if version_key(patch.torch) == version_key(text):
                 return TorchSel(release, patch)
     known = [p.torch for _, p in cat.patches()]
-    nearest = join_names(_nearest(text, known))
+    nearest = ", ".join(_nearest(text, known))
     raise CatalogError(f"image.torch: unknown torch version {text}; nearest known: {nearest}")
 
 
-def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog | None = None) -> Variant:
+def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog) -> Variant:
     """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
-    gpulaunch.catalog.driver_rule.broad_reach). A CUDA the release lists no build for is
+    broad_reach_variant). A CUDA the release lists no build for is
     refused only when its build list is complete; otherwise the absence is unknown and an
     unverified build is offered (`_unlisted_build`), never as a default."""
     rel = sel.release
     if cuda is None:
-        if cat is None:
-            return broad_reach_variant(rel)
-        return broad_reach_variant(rel, lambda v: verified_image(cat, v))
+        return broad_reach_variant(cat, rel)
     for v in rel.variants:
         if v.cuda == cuda.xy:
             return v
@@ -304,16 +298,16 @@ def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog | None = No
         return _unlisted_build(sel, cuda.xy, cat)
     raise CatalogError(
         f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
-        f"available: {join_names(v.variant for v in rel.variants)}"
+        f"available: {', '.join(v.variant for v in rel.variants)}"
     )
 
 
-def _unlisted_build(sel: TorchSel, xy: str, cat: Catalog | None) -> Variant:
+def _unlisted_build(sel: TorchSel, xy: str, cat: Catalog) -> Variant:
     """A build the catalog neither lists nor knows to be absent (the release's build list is
     partial): offered unverified, with the arch list of the newest earlier build of that CUDA."""
     earlier = [
         v
-        for rel in (cat.releases if cat else ())
+        for rel in cat.releases
         if version_key(rel.minor) < version_key(sel.release.minor)
         for v in rel.variants
         if v.cuda == xy
@@ -339,16 +333,14 @@ def verified_image(cat: Catalog, variant: Variant) -> bool:
     )
 
 
-def broad_reach_variant(
-    rel: TorchRelease, verified: Callable[[Variant], bool] = lambda v: True
-) -> Variant:
+def broad_reach_variant(cat: Catalog, rel: TorchRelease) -> Variant:
     """The default build when no CUDA is asked for: among upstream's stable builds, the one
     whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
     then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
     builds (an overlay's unconfirmed rows) and builds whose images have only an unverified
-    driver rule (`verified`) are chosen only when nothing else is left."""
+    driver rule (`verified_image`) are chosen only when nothing else is left."""
     trusted = [v for v in rel.variants if v.confidence != UNVERIFIED] or list(rel.variants)
-    trusted = [v for v in trusted if verified(v)] or trusted
+    trusted = [v for v in trusted if verified_image(cat, v)] or trusted
     stable = [v for v in trusted if v.status == "stable"] or trusted
 
     def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
@@ -401,16 +393,12 @@ def torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str]) 
         warnings.append(
             f"torch {patch.torch} {variant.variant} is marked {variant.status} upstream"
         )
-    low = [
-        what
-        for what, conf in (
-            (f"torch {rel.minor} release", rel.confidence),
-            (f"torch {patch.torch} companion versions", patch.confidence),
-        )
-        if conf == UNVERIFIED
-    ]
-    for what in low:
-        warnings.append(f"catalog data for {what} is unverified; check it before relying on it")
+    for what, conf in (
+        (f"torch {rel.minor} release", rel.confidence),
+        (f"torch {patch.torch} companion versions", patch.confidence),
+    ):
+        if conf == UNVERIFIED:
+            warnings.append(f"catalog data for {what} is unverified; check it before relying on it")
 
 
 def toolkit_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
@@ -433,8 +421,7 @@ def min_driver_for(cuda: str, base_image: str | None = None) -> str:
     image's own rule (nvidia/cuda NVIDIA_REQUIRE_CUDA, an NGC release's floor), else a torch
     wheel's minor-version floor (gpulaunch.catalog.driver_rule). Without `base_image`: the
     nvidia/cuda image of that CUDA version."""
-    m = CUDA_RE.match(cuda.strip())
-    if not m:
+    if parse_xyz(cuda.strip()) is None:
         raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
     req = (
         driver_rule.cuda_image_requirement(cuda.strip())
@@ -447,18 +434,6 @@ def min_driver_for(cuda: str, base_image: str | None = None) -> str:
     return needed
 
 
-def _driver_tuple(driver: str) -> tuple[int, ...]:
-    text = driver.strip()
-    if not VERSION_RE.match(text):
-        raise CatalogError(f"driver: expected a version like 535.104.05; got {driver!r}")
-    return version_key(text)
-
-
-def driver_satisfies(driver: str, cuda: str, base_image: str | None = None) -> bool:
-    """True when `driver` starts the image for every GPU brand (see min_driver_for)."""
-    return _driver_tuple(driver) >= version_key(min_driver_for(cuda, base_image))
-
-
 _BASE_OS_RE = re.compile(
     r"(?:^|/)(?:nvidia/cuda:\S*-(ubuntu\d\d\.\d\d)|ubuntu:(\d\d\.\d\d))(?:@\S+)?$"
 )
@@ -469,7 +444,7 @@ def base_os(cat: Catalog, base: str, asked: str | None) -> str | None:
     tag (nvidia/cuda:12.4.1-runtime-ubuntu22.04 -> ubuntu22.04); None when unknown."""
     if asked is not None:
         if asked not in cat.os:
-            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {join_names(cat.os)}")
+            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {', '.join(cat.os)}")
         return asked
     m = _BASE_OS_RE.search(base)
     name = (m.group(1) or f"ubuntu{m.group(2)}") if m else None

@@ -8,20 +8,17 @@ and a refusal names only an absence the catalog has evidence for.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.data import (
     DASH,
-    TORCH_RE,
     UNVERIFIED,
     Catalog,
     CudaImage,
     NgcRelease,
     Variant,
-    join_names,
     load_catalog,
     major_minor,
+    parse_xyz,
     version_key,
 )
 from gpulaunch.catalog.request import (
@@ -58,7 +55,7 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
     catalog it read, not the overlay folder listed again per row)."""
     flavor = req.flavor
     if flavor not in FLAVORS:
-        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {join_names(FLAVORS)}")
+        raise CatalogError(f"image.flavor: unknown flavor {flavor!r}; valid: {', '.join(FLAVORS)}")
     cuda = parse_cuda(cat, req.cuda)
     if cuda == "cpu":
         if flavor in ("devel", "ngc"):
@@ -83,34 +80,19 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
     return _resolve_cuda(cat, flavor, sel, cuda_req, cudnn, python, req.os, req.python_source)
 
 
-class _Pins(NamedTuple):
-    torch: str | None = None
-    torchvision: str | None = None
-    torchaudio: str | None = None
-    variant: str | None = None
-    index_url: str | None = None
-
-    def fields(self) -> dict[str, str | None]:
-        """The ResolvedImage fields these pins fill."""
-        return {
-            "torch": self.torch,
-            "torchvision": self.torchvision,
-            "torchaudio": self.torchaudio,
-            "torch_variant": self.variant,
-            "torch_index_url": self.index_url,
-        }
-
-
-def _pins(cat: Catalog, sel: TorchSel | None, variant: str | None) -> _Pins:
+def _pins(cat: Catalog, sel: TorchSel | None, variant: str | None) -> dict[str, str | None]:
+    """The ResolvedImage fields the torch selection fills (all None without torch)."""
     if sel is None:
-        return _Pins()
-    return _Pins(
-        sel.patch.torch,
-        sel.patch.torchvision,
-        sel.patch.torchaudio,
-        variant,
-        cat.index_url.format(variant=variant) if variant else None,
-    )
+        return dict.fromkeys(
+            ("torch", "torchvision", "torchaudio", "torch_variant", "torch_index_url")
+        )
+    return {
+        "torch": sel.patch.torch,
+        "torchvision": sel.patch.torchvision,
+        "torchaudio": sel.patch.torchaudio,
+        "torch_variant": variant,
+        "torch_index_url": cat.index_url.format(variant=variant) if variant else None,
+    }
 
 
 def _resolve_cpu(
@@ -131,14 +113,13 @@ def _resolve_cpu(
         )
     if sel is not None:
         torch_warnings(sel, None, warnings)
-    pins = _pins(cat, sel, "cpu")
     return ResolvedImage(
         flavor="cpu",
         base_image=cat.cpu.template.format(python=py),
         os=cat.cpu.os,
         python=py,
         python_source="image",
-        **pins.fields(),
+        **_pins(cat, sel, "cpu"),
         cuda=None,
         cudnn=None,
         min_driver=None,
@@ -187,14 +168,13 @@ def _resolve_custom(
         warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
     if sel is not None:
         torch_warnings(sel, variant, warnings)
-    pins = _pins(cat, sel, variant_name)
     return ResolvedImage(
         flavor=flavor,
         base_image=base,
         os=os_name,
         python=py,
         python_source=source,
-        **pins.fields(),
+        **_pins(cat, sel, variant_name),
         cuda=cuda_text,
         cudnn=cudnn,
         min_driver=min_driver_for(cuda_text, base) if cuda_text else None,
@@ -227,7 +207,7 @@ def _image_candidates(
             patches = sorted((img.cuda for img in entries), key=version_key, reverse=True)
             raise CatalogError(
                 f"image.cuda: no {cat.cuda_image} image for CUDA {full}; "
-                f"{xy} images: {join_names(patches) or 'none'}"
+                f"{xy} images: {', '.join(patches) or 'none'}"
             )
         entries = exact
     if not entries:
@@ -240,7 +220,7 @@ def _image_candidates(
         alternatives = [
             img.cuda for img in cat.cuda_images if img.xy == xy and img.cudnn_major == cudnn
         ]
-        hint = f"; use {join_names(alternatives)}" if alternatives else ""
+        hint = f"; use {', '.join(alternatives)}" if alternatives else ""
         raise CatalogError(f"image.cudnn: NVIDIA publishes no cuDNN flavor for CUDA {what}{hint}")
     matching = [img for img in with_cudnn if img.cudnn_major == cudnn]
     if not matching:
@@ -267,19 +247,19 @@ def _choose_image(
     sel: TorchSel | None,
 ) -> tuple[CudaImage, str]:
     entries = _image_candidates(cat, xy, full, cudnn)
-    flavor_text = f"{entries[0].cudnn_token}-{kind}" if cudnn else kind
     with_cudnn = cudnn is not None
+    flavor_text = entries[0].flavor_tag(kind, with_cudnn)
     if os_name is not None:
         ubuntus = [name for name in cat.os if name.startswith("ubuntu")]
         if os_name not in ubuntus:
-            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {join_names(ubuntus)}")
+            raise CatalogError(f"image.os: unknown OS {os_name!r}; valid: {', '.join(ubuntus)}")
         _check_glibc(cat, sel, os_name)
         on_os = [img for img in entries if os_name in img.oses(with_cudnn)]
         if not on_os:
             have = sorted({o for img in entries for o in img.oses(with_cudnn)}, key=ubuntus.index)
             raise CatalogError(
                 f"image.os: no {cat.cuda_image} {full or xy} {flavor_text} image for {os_name}; "
-                f"available: {join_names(have) or 'none'}"
+                f"available: {', '.join(have) or 'none'}"
             )
     else:
         for name in cat.ubuntu_preference:
@@ -363,14 +343,13 @@ def _resolve_cuda(
                 f"torch {sel.patch.torch} wheels bundle their own cuDNN; "
                 "the cuDNN image ships it a second time"
             )
-    pins = _pins(cat, sel, variant.variant if variant else None)
     return ResolvedImage(
         flavor=kind,
         base_image=base_image,
         os=os_name,
         python=py,
         python_source=source,
-        **pins.fields(),
+        **_pins(cat, sel, variant.variant if variant else None),
         cuda=image.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(image.cuda, base_image),
@@ -447,27 +426,26 @@ def _resolve_ngc(
     rows = list(cat.ngc)
     torch_xy: str | None = None
     if torch is not None:
-        text = torch.strip()
-        m = TORCH_RE.match(text)
-        if text.lower() == "none" or not m:
+        parsed = parse_xyz(torch.strip())  # "none" is no version either: NGC brings torch
+        if parsed is None:
             raise CatalogError(
                 f"image.torch: flavor ngc ships NVIDIA's torch; give a version like 2.4 "
                 f"or leave it unset; got {torch!r}"
             )
-        torch_xy = f"{int(m.group(1))}.{int(m.group(2))}"
+        torch_xy = parsed[0]
         rows = [r for r in rows if r.torch_xy == torch_xy]
         if not rows:
             minors = sorted({r.torch_xy for r in cat.ngc}, key=version_key)
             raise CatalogError(
                 f"image.torch: no NGC PyTorch container ships torch {torch_xy}; "
-                f"available: {join_names(minors)}"
+                f"available: {', '.join(minors)}"
             )
     if cuda is not None:
         with_cuda = [
             r for r in rows if major_minor(r.cuda) == cuda.xy and (cuda.full in (None, r.cuda))
         ]
         if not with_cuda:
-            tags = join_names(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
+            tags = ", ".join(f"{r.tag} (CUDA {r.cuda})" for r in rows[-4:])
             raise CatalogError(
                 f"image.cuda: no NGC PyTorch container with CUDA {cuda.text}; candidates: {tags}"
             )
@@ -478,7 +456,7 @@ def _resolve_ngc(
             oses = sorted({r.os for r in rows})
             raise CatalogError(
                 f"image.os: no matching NGC PyTorch container on {os_name}; "
-                f"available: {join_names(oses)}"
+                f"available: {', '.join(oses)}"
             )
         rows = on_os
     if python is not None:
@@ -514,11 +492,7 @@ def _resolve_ngc(
         os=row.os,
         python=row.python,
         python_source="image",
-        torch=None,
-        torchvision=None,
-        torchaudio=None,
-        torch_variant=None,
-        torch_index_url=None,
+        **_pins(cat, None, None),
         cuda=row.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(row.cuda, cat.ngc_image.format(tag=row.tag)),

@@ -60,10 +60,6 @@ def gaps(raw: Any) -> tuple[Gap, ...]:
     return tuple(out)
 
 
-def state_file() -> Path:
-    return overlay.cache_home() / "gpulaunch" / STATE_NAME
-
-
 def refreshed(ov: overlay.Overlay) -> frozenset[str]:
     """The catalog parts an overlay's research_date vouches for."""
     sources = ov.data.get("sources")
@@ -142,7 +138,9 @@ def due_warning(
     message = stale_message(research_date, dated, today, known_gaps)
     if message is None:
         return None
-    state = state_file()
+    from gpulaunch.fsio import cache_dir
+
+    state = cache_dir() / STATE_NAME
     try:
         if state.read_text("utf-8").strip() == today.isoformat():
             return None

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpulaunch.catalog import overlay, pypi_facts
-from gpulaunch.catalog.pypi_facts import ReleaseFacts, vt
+from gpulaunch.catalog.data import DASH, major_minor, version_key
+from gpulaunch.catalog.pypi_facts import ReleaseFacts
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.outside import pypi
 
@@ -160,22 +161,24 @@ def build_update(packaged: dict[str, Any], sources: Sources, today: date) -> Upd
     report = UpdateReport(overlay={})
     releases = raw_releases(packaged)
     known = {p["torch"] for rel in releases for p in rel.get("patches", [])}
-    oldest = min((vt(r["minor"]) for r in releases), default=(0,))
+    oldest = min((version_key(r["minor"]) for r in releases), default=(0,))
     rows: dict[str, dict[str, Any]] = {}
     for version in _new_releases(torch, known, oldest, report):
         facts = torch.releases[version]
-        minor = ".".join(version.split(".")[:2])
+        minor = major_minor(version)
         patch = _patch_row(facts, vision, audio, report)
         existing = next((r for r in releases if r["minor"] == minor), None)
         if existing is None and minor not in rows:
             newest = releases[-1] if releases else None
-            if newest is None or vt(minor) < vt(newest["minor"]):
+            if newest is None or version_key(minor) < version_key(newest["minor"]):
                 continue  # an old minor the catalog never had: not added
             rows[minor] = _new_minor(minor, facts, torch, newest, sources, report)
         row = rows.setdefault(minor, {"minor": minor, "patches": []})
         row["patches"].append(patch)
         report.added.append(f"torch {version}: {_patch_text(patch)}")
-    cudas = sorted({str(v["cuda"]) for r in rows.values() for v in r.get("variants", [])}, key=vt)
+    cudas = sorted(
+        {str(v["cuda"]) for r in rows.values() for v in r.get("variants", [])}, key=version_key
+    )
     images = _images(packaged, cudas, sources, report)
     report.overlay = _document(list(rows.values()), images, sources, today)
     return report
@@ -188,9 +191,9 @@ def _new_releases(
     costs reads of its companions' metadata, and a row in the file)."""
     new = [
         version
-        for version in sorted(torch.releases, key=vt)
+        for version in sorted(torch.releases, key=version_key)
         if version not in known
-        and vt(".".join(version.split(".")[:2])) >= oldest
+        and version_key(major_minor(version)) >= oldest
         and torch.releases[version].pythons
     ]
     if len(new) > MAX_NEW_RELEASES:
@@ -216,7 +219,7 @@ def _images(
     oses = set(packaged.get("os", {}))
     out: list[dict[str, Any]] = []
     for xy in cudas:
-        same = [r for r in known if ".".join(str(r.get("cuda")).split(".")[:2]) == xy]
+        same = [r for r in known if major_minor(str(r.get("cuda"))) == xy]
         tags = sources.hub_tags(xy)
         if tags is None:
             if not same or any(r.get("confidence", "high") != "high" for r in same):
@@ -229,7 +232,7 @@ def _images(
                 flavors = seen.setdefault(m.group(1), {"": set(), "cudnn": set()})
                 flavors["cudnn" if m.group(2) else ""].add(m.group(3))
         template = same[-1] if same else None
-        for cuda, flavors in sorted(seen.items(), key=lambda kv: vt(kv[0])):
+        for cuda, flavors in sorted(seen.items(), key=lambda kv: version_key(kv[0])):
             row = next((r for r in same if r.get("cuda") == cuda), None)
             if row is not None:
                 if row.get("confidence", "high") != "high" and _all_seen(row, flavors):
@@ -268,7 +271,7 @@ def _all_seen(row: dict[str, Any], flavors: dict[str, set[str]]) -> bool:
 
 
 def _os_key(name: str) -> tuple[int, ...]:
-    return vt(name.removeprefix("ubuntu"))
+    return version_key(name.removeprefix("ubuntu"))
 
 
 def raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
@@ -278,7 +281,7 @@ def raw_releases(packaged: dict[str, Any]) -> list[dict[str, Any]]:
         raise CatalogError("catalog: torch.releases: missing") from None
     return sorted(
         (r for r in releases if isinstance(r, dict) and isinstance(r.get("minor"), str)),
-        key=lambda r: vt(r["minor"]),
+        key=lambda r: version_key(r["minor"]),
     )
 
 
@@ -301,7 +304,9 @@ def _companion(project: UpdateProject, torch: ReleaseFacts, guess: str | None) -
     day = torch.date or ""
     later = [
         v
-        for v, facts in sorted(project.releases.items(), key=lambda kv: vt(kv[0]), reverse=True)
+        for v, facts in sorted(
+            project.releases.items(), key=lambda kv: version_key(kv[0]), reverse=True
+        )
         if (facts.date or "") >= day
     ]
     order = list(dict.fromkeys([g for g in (guess,) if g in project.releases] + later))
@@ -334,7 +339,7 @@ def _companion(project: UpdateProject, torch: ReleaseFacts, guess: str | None) -
 def _patch_row(
     facts: ReleaseFacts, vision: UpdateProject, audio: UpdateProject, report: UpdateReport
 ) -> dict[str, Any]:
-    major, minor, micro = vt(facts.version)
+    major, minor, micro = version_key(facts.version)
     guess = f"0.{minor + 15}.{micro}" if major == 2 else None  # torch 2.14.1 <-> 0.29.1
     tv = _companion(vision, facts, guess)
     ta = _companion(audio, facts, facts.version)
@@ -377,7 +382,7 @@ def _new_minor(
     wheel = pypi_facts.wheel_cuda(pypi_facts.exact_pins(dist or []))
     default_cuda = wheel.cuda if wheel else previous.get("pypi_default")
     variants, complete = _variants(minor, facts.version, wheel, previous, sources, report)
-    pythons = f"{facts.python_min}\u2013{facts.python_max}"
+    pythons = f"{facts.python_min}{DASH}{facts.python_max}"
     report.added.append(
         f"torch {minor}: Python {pythons} (requires_python {facts.requires_python or '?'}), "
         f"glibc {facts.glibc}, PyPI wheel CUDA {default_cuda}; builds "
@@ -423,7 +428,7 @@ def _variants(
             row["cudnn"] = wheel.cudnn
         by_name[built] = row
     out = []
-    for name, row in sorted(by_name.items(), key=lambda kv: vt(str(kv[1]["cuda"]))):
+    for name, row in sorted(by_name.items(), key=lambda kv: version_key(str(kv[1]["cuda"]))):
         row.pop("note", None)
         row.pop("origin", None)
         page = sources.index_page(name)
@@ -510,7 +515,7 @@ def _emit(node: dict[str, Any], indent: int, lines: list[str]) -> None:
         if isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values()):
             lines.append(f"{pad}{key}:")
             _emit(value, indent + 2, lines)
-        elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        elif _is_rows(value):
             lines.append(f"{pad}{key}:")
             for item in value:
                 if isinstance(item, dict) and any(_is_rows(v) for v in item.values()):

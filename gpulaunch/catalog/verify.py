@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpulaunch.catalog import pypi_facts
-from gpulaunch.catalog.pypi_facts import vt
+from gpulaunch.catalog.data import version_key
 from gpulaunch.catalog.update import Sources, UpdateProject, build_update, raw_releases
 from gpulaunch.errors import CatalogError
 
@@ -66,7 +66,7 @@ def _release_diffs(rel: dict[str, Any], torch: UpdateProject) -> list[str]:
     found = [torch.releases[v] for v in patches if v in torch.releases]
     if not found:
         return out
-    newest = max(found, key=lambda f: vt(f.version))
+    newest = max(found, key=lambda f: version_key(f.version))
     python = rel.get("python", {})
     experimental = python.get("experimental", [])
     if newest.python_min and newest.python_min != python.get("min"):
@@ -115,7 +115,7 @@ def rule_differences(stored: dict[str, str], reference: dict[str, str]) -> list[
     """One line per stored rule that is not NVIDIA's (absent from the reference or different),
     and per reference rule not stored."""
     out: list[str] = []
-    for version in sorted(set(stored) | set(reference), key=vt):
+    for version in sorted(set(stored) | set(reference), key=version_key):
         mine, theirs = stored.get(version), reference.get(version)
         if theirs is None:
             out.append(

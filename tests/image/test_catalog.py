@@ -18,7 +18,6 @@ from gpulaunch.catalog.data import load_catalog
 from gpulaunch.catalog.request import (
     ImageRequest,
     ResolvedImage,
-    driver_satisfies,
     min_driver_for,
     verified_image,
 )
@@ -426,38 +425,6 @@ def test_min_driver_for_base(cuda: str, base: str, floor: str) -> None:
 def test_min_driver_unknown_major() -> None:
     with pytest.raises(CatalogError, match="no driver data for CUDA"):
         min_driver_for("10.2")
-
-
-@pytest.mark.parametrize(
-    ("driver", "cuda", "ok"),
-    [
-        # every brand, nvidia/cuda image of that CUDA: the cuda>=X.Y alternative
-        ("535.104.05", "12.4", False),
-        ("550.54.14", "12.4", True),
-        ("525.60.13", "12.8", False),
-        ("570.26", "12.8", True),
-        ("525.60.12", "12.1", False),
-        ("470.82.01", "12.1", False),
-        ("470.82.01", "11.8", False),
-        ("520.61.05", "11.8", True),
-        ("575.57.08", "13.0", False),
-        ("580.95.05", "13.0.2", True),
-        ("1000.1", "13.0", True),  # numeric, not lexicographic
-    ],
-)
-def test_driver_satisfies(driver: str, cuda: str, ok: bool) -> None:
-    assert driver_satisfies(driver, cuda) is ok
-
-
-def test_driver_satisfies_wheel_on_plain_base() -> None:
-    """A cu128 wheel on python:*-slim meets no container rule: the 12.x floor applies."""
-    assert driver_satisfies("525.60.13", "12.8", "python:3.12-slim")
-    assert not driver_satisfies("525.60.12", "12.8", "python:3.12-slim")
-
-
-def test_driver_satisfies_rejects_garbage() -> None:
-    with pytest.raises(CatalogError, match="driver: expected a version"):
-        driver_satisfies("latest", "12.4")
 
 
 # --- architectures ------------------------------------------------------------------------
