@@ -53,15 +53,8 @@ class DockerCli:
         context: Path | None = None,
         secret_dir: Path | None = None,
     ) -> list[str]:
-        argv = (
-            [self.path, "buildx", "build", "--load"]
-            if self.mode == "buildx"
-            else [
-                self.path,
-                "build",
-            ]
-        )
-        argv += ["--progress=plain", "-f", str(dockerfile_path)]
+        verb = ["buildx", "build", "--load"] if self.mode == "buildx" else ["build"]
+        argv = [self.path, *verb, "--progress=plain", "-f", str(dockerfile_path)]
         for tag in req.tags:
             argv += ["-t", tag]
         for key, value in sorted(req.build_args.items()):

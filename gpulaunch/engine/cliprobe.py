@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from gpulaunch.engine import daycache
 from gpulaunch.engine.buildspec import DockerCli
-from gpulaunch.fsio import cache_dir, read_cache, write_cache
 
 
 def client_version(text: str) -> str:
@@ -66,13 +66,12 @@ def remember_probes(now: float | None = None) -> None:
     if not _FRESH:
         return
     now = time.time() if now is None else now
-    entries = _probe_entries()
+    entries = daycache.entries(PROBE_FILE)
     for digest, (disk_key, cli) in _FRESH.items():
         answer = None if cli is None else [cli.path, cli.mode]
         entries[digest] = {"at": now, "key": disk_key, "cli": answer}
     _FRESH.clear()
-    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)[:MAX_ENTRIES]
-    write_cache(cache_dir() / PROBE_FILE, {k: entries[k] for k in newest}, root=cache_dir().parent)
+    daycache.save(PROBE_FILE, entries)
 
 
 def _candidates(env: Mapping[str, str]) -> list[str]:
@@ -127,15 +126,13 @@ def _output(path: str, args: list[str], env: dict[str, str]) -> str | None:
 
 # -- the probe's answer across processes ----------------------------------------------------
 # Two subprocesses per candidate (about 100 ms) on every render, build and dry run: the answer
-# is kept in the user cache, keyed by all it depends on (`probe_key`), for a day at most.
-# Read by every command, written only by build and run (`remember_probes`). An entry that is
-# missing, corrupt, stale, planted under another key or naming a binary that is not a
-# candidate only means probing again.
+# is kept in the user cache (`daycache`), keyed by all it depends on (`probe_key`). Read by
+# every command, written only by build and run (`remember_probes`). An entry that is missing,
+# corrupt, stale, planted under another key or naming a binary that is not a candidate only
+# means probing again.
 
 PROBE_FILE = "docker-cli.json"
 PROBE_FORMAT = 1
-MAX_AGE_S = 24 * 3600  # an answer older than a day is asked again
-MAX_ENTRIES = 32
 PLUGIN_DIRS = (  # where the docker CLI looks for docker-buildx, after DOCKER_CONFIG's
     "/usr/local/lib/docker/cli-plugins",
     "/usr/local/libexec/docker/cli-plugins",
@@ -197,24 +194,18 @@ def _digest(disk_key: list[object]) -> str:
     return hashlib.sha256(json.dumps(disk_key).encode()).hexdigest()[:32]
 
 
-def _probe_entries() -> dict[str, dict[str, object]]:
-    data = read_cache(cache_dir() / PROBE_FILE)  # JSON: its keys are strings
-    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
-
-
 def _cached_probe(
     disk_key: list[object], candidates: list[str], now: float | None = None
 ) -> DockerCli | Literal[False] | None:
     """The saved answer for this key, or False (probe again)."""
     import json
 
-    entry = _probe_entries().get(_digest(disk_key))
+    entry = daycache.entries(PROBE_FILE).get(_digest(disk_key))
     if entry is None or entry.get("key") != json.loads(json.dumps(disk_key)):
         return False
-    at, cli = entry.get("at"), entry.get("cli")
-    now = time.time() if now is None else now
-    if not isinstance(at, int | float) or not 0 <= now - at <= MAX_AGE_S:
+    if not daycache.fresh(entry, now):  # stale, or from the future
         return False
+    cli = entry.get("cli")
     if cli is None:
         return None
     if isinstance(cli, list) and len(cli) == 2 and cli[0] in candidates:
@@ -234,8 +225,3 @@ def _identity(path: str) -> list[str]:
         return [path]
     stamps = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return [path, os.path.realpath(path), *map(str, stamps)]
-
-
-def _at(entry: dict[str, object]) -> float:
-    at = entry.get("at")
-    return float(at) if isinstance(at, int | float) else 0.0

@@ -513,11 +513,9 @@ def refuse_detected_secrets(
             if data:
                 head = f"{scanner}\0{entry.rel}\0".encode("utf-8", "surrogateescape")
                 keys[entry.rel] = hashlib.sha256(head + data).hexdigest()
-    todo = {rel: key for rel, key in keys.items() if key not in known_clean}
-    if not todo:
-        return frozenset(keys.values())
-    findings = _detect_secrets(project, list(todo), _baseline(project))
-    _refuse(findings)
+    todo = [rel for rel, key in keys.items() if key not in known_clean]
+    if todo:
+        _refuse(_detect_secrets(project, todo, _baseline(project)))
     return frozenset(keys.values())
 
 

@@ -11,15 +11,15 @@ naming its address."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpulaunch.engine import failures, refusals
+from gpulaunch.engine import refusals
 from gpulaunch.engine.buildspec import (
     CLASSIC_DOCKERFILE,
     Builder,
@@ -30,7 +30,7 @@ from gpulaunch.engine.buildspec import (
 )
 from gpulaunch.engine.cliprobe import probe_cli
 from gpulaunch.engine.context import mirror, write_tar
-from gpulaunch.engine.failures import from_transport, short_text, stalls_raise
+from gpulaunch.engine.failures import api_timeout, from_transport, short_text, stalls_raise
 from gpulaunch.errors import (
     BuildError,
     ConfigError,
@@ -115,27 +115,13 @@ class Engine:
         says: the same address, TLS and ssh client as every other call."""
         if self._client is None:
             import docker
-            import requests
-            from docker.errors import DockerException
 
             from gpulaunch.engine.api.sdk import connected
 
-            address = self.address
-            client = None
-            try:
-                # the engine's /version is the reachability check (a separate /_ping would
-                # be one more round trip on every command)
-                client = connected(docker.DockerClient, address, PING_TIMEOUT_S)
-            except (DockerException, requests.RequestException) as err:
-                if client is not None:
-                    client.close()
-                timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
-                reason = f"no answer within {PING_TIMEOUT_S} s" if timed_out else short_text(err)
-                raise EngineError(
-                    f"cannot reach the Docker engine at {self.host}: {reason}",
-                    hint="start dockerd, or set DOCKER_HOST to a running engine",
-                ) from None
-            client.api.timeout = self.api_timeout()
+            # the engine's /version is the reachability check (a separate /_ping would be
+            # one more round trip on every command)
+            client = connected(docker.DockerClient, self.address, PING_TIMEOUT_S)
+            client.api.timeout = api_timeout(self.env)
             stalls_raise(client.api, self.host)
             self._client = client
         return self._client
@@ -147,7 +133,7 @@ class Engine:
         if self._api is None:
             from gpulaunch.engine.api.http import HttpTransport
 
-            address, timeout = self.address, self.api_timeout()
+            address, timeout = self.address, api_timeout(self.env)
             if address.socket is not None:
                 transport: Transport = HttpTransport(address.url, address.socket, timeout)
             else:
@@ -158,21 +144,24 @@ class Engine:
             self._api = transport
         return self._api
 
-    def _ask(self, path: str, what: str) -> Any:
-        """GET `path`; an error answer is EngineError "WHAT: the engine's message"."""
-        from gpulaunch.engine.api.http import ApiError
-
-        try:
-            return self.api().call("GET", path)
-        except ApiError as err:
-            raise EngineError(f"{what}: {short_text(err)}") from None
+    def _ask(
+        self,
+        what: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        caught: type[EngineError] | None = None,
+    ) -> Any:
+        """GET `path` through the stdlib client; an error answer (`caught`: any EngineError)
+        is EngineError "WHAT: the engine's message"."""
+        with _worded(what, caught):
+            return self.api().call("GET", path, query)
 
     def identity(self) -> str:
         """Which engine this is, for caches of what it can do: its ID, version and kernel.
         Podman's Docker-style /info answers a new random ID each time: there its address
         stands in for the ID."""
         if self._identity is None:
-            info = self._ask("/info", "cannot read the engine's info")
+            info = self._ask("cannot read the engine's info", "/info")
             ident = f"podman {self.host}" if self.kind().podman else info.get("ID")
             parts = (ident, info.get("ServerVersion"), info.get("KernelVersion"))
             self._identity = "|".join(str(p) for p in parts)[:400]
@@ -224,27 +213,19 @@ class Engine:
     def remember_refused_ulimit(self, name: str) -> None:
         refusals.remember_refused_ulimit(self.identity(), name)
 
-    def api_timeout(self) -> float:
-        """Deadline of each API call after the ping: GPULAUNCH_ENGINE_TIMEOUT or 60 s."""
-        return failures.api_timeout(self.env)
-
     def network_names(self) -> set[str]:
         """Networks the engine has (one cheap API call; used on real runs only)."""
-        found = self._ask("/networks", "cannot list the engine's networks") or []
+        found = self._ask("cannot list the engine's networks", "/networks") or []
         return {str(n.get("Name")) for n in found}
 
     def facts(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         """`docker version`, `docker info` and the local image tags (for `doctor`)."""
         from docker.errors import DockerException
 
-        try:
+        with _worded("cannot read the engine's version and info", DockerException):
             client = self.client()
             tags = [t for image in client.images.list() for t in image.tags]
             return dict(client.version()), dict(client.info()), tags
-        except DockerException as err:
-            raise EngineError(
-                f"cannot read the engine's version and info: {short_text(err)}"
-            ) from None
 
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
@@ -269,8 +250,7 @@ class Engine:
         """`podman` on PATH, aimed at this engine: how a build on Podman reaches Buildah."""
         from gpulaunch.engine.podman import find_cli
 
-        found = find_cli(self.env)
-        return None if found is None else replace(found, url=self.host)
+        return find_cli(self.env, self.host)
 
     def builder_key(self) -> tuple[object, ...]:
         """What `builder_kind` depends on, without probing (for the tag cache's key)."""
@@ -302,12 +282,9 @@ class Engine:
     def _image(self, ref: str) -> Image | None:
         """The engine's image `ref`, None when it has none."""
         from gpulaunch.engine.api.containers import inspect_image
-        from gpulaunch.engine.api.http import ApiError
 
-        try:
+        with _worded(f"image {ref}"):
             return inspect_image(self.api(), ref)
-        except ApiError as err:
-            raise EngineError(f"image {ref}: {short_text(err)}") from None
 
     def remove_if_dangling(self, image_id: str) -> None:
         """Remove an image gpulaunch built that a rebuild left without any tag."""
@@ -323,15 +300,13 @@ class Engine:
         from docker.errors import DockerException
 
         digest = ""
-        try:
+        with _worded(f"push to {repository}", DockerException):
             self.client().images.get(local).tag(repository, tag)
             for item in self.client().api.push(repository, tag=tag, stream=True, decode=True):
                 if item.get("error"):
                     raise EngineError(f"push to {repository}: {item['error']}")
                 digest = (item.get("aux") or {}).get("Digest", digest)
                 on_line(" ".join(str(item.get(k, "")) for k in ("id", "status")).strip())
-        except DockerException as err:
-            raise EngineError(f"push to {repository}: {short_text(err)}") from None
         return str(digest)
 
     def pull(self, ref: str) -> None:
@@ -339,20 +314,16 @@ class Engine:
         from docker.errors import DockerException
 
         if not self.image_exists(ref):
-            try:
+            with _worded(f"pull {ref}", DockerException):
                 self.client().images.pull(ref)
-            except DockerException as err:
-                raise EngineError(f"pull {ref}: {short_text(err)}") from None
 
     def tag(self, source: str, target: str) -> None:
-        from gpulaunch.engine.api.http import ApiError, path_of
+        from gpulaunch.engine.api.http import path_of
 
         repo, _, tag = target.rpartition(":")
         query = {"repo": repo, "tag": tag, "force": 0}
-        try:
+        with _worded(f"tag {source} as {target}"):
             self.api().call("POST", path_of("/images/{}/tag", source), query)
-        except ApiError as err:
-            raise EngineError(f"tag {source} as {target}: {short_text(err)}") from None
 
     def build(
         self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
@@ -490,23 +461,14 @@ class Engine:
             self.tag(req.tags[0], extra_tag)
 
     # -- prune: the project's older images (`image/prune.py` decides) -------------------
-    def _listed(self, what: str, path: str, query: dict[str, Any]) -> Any:
-        """GET `path` through the stdlib client: `build` lists images after every new image
-        (prune's notice), and the SDK's import would cost it more than the answer. An engine
-        error is EngineError "WHAT: …"."""
-        try:
-            return self.api().call("GET", path, query)
-        except EngineError as err:
-            raise EngineError(f"{what}: {short_text(err)}") from None
-
+    # Listed through the stdlib client: `build` lists images after every new image (prune's
+    # notice), and the SDK's import would cost it more than the answer.
     def managed_images(self) -> list[dict[str, Any]]:
         """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
         one dict each: id, tags, created (seconds), size (bytes, shared layers included),
         labels. Which of them a project owns is `image.prune.owned`'s rule, not this list's."""
-        import json
-
         label = json.dumps({"label": [f"{MANAGED_LABEL}=true"]})
-        rows = self._listed("cannot list images", "/images/json", {"filters": label})
+        rows = self._ask("cannot list images", "/images/json", {"filters": label}, EngineError)
         found = []
         for row in rows or []:
             if not isinstance(row, dict):
@@ -534,7 +496,7 @@ class Engine:
     def image_users(self) -> list[dict[str, str]]:
         """Every container in the engine, in any state and whoever made it, with the id of the
         image it uses (name, state, image_id): an image one of them uses is never pruned."""
-        rows = self._listed("cannot list containers", "/containers/json", {"all": 1})
+        rows = self._ask("cannot list containers", "/containers/json", {"all": 1}, EngineError)
         found = []
         for row in rows or []:
             if not isinstance(row, dict):
@@ -596,19 +558,15 @@ class Engine:
                 before_start(container)
             container.start()
             return container
-        except ApiError as err:
+        except BaseException as err:  # the container goes on every way out
             self.discard(container)
-            refused = refusal(err, str(body.get("Image")))
-            if self._podman_limits_refused(refused, body):
-                return self.create_container({**body, "name": name}, before_start)
-            raise refused from None
-        except Exception as err:
-            self.discard(container)
+            if isinstance(err, ApiError):
+                refused = refusal(err, str(body.get("Image")))
+                if self._podman_limits_refused(refused, body):
+                    return self.create_container({**body, "name": name}, before_start)
+                raise refused from None
             if from_transport(err):  # the SDK's session (an ssh:// engine) dropped
                 raise EngineError(f"Docker engine: {short_text(err)}") from None
-            raise
-        except BaseException:
-            self.discard(container)
             raise
 
     def _create_on_podman(self, name: str, body: dict[str, Any]) -> str:
@@ -727,14 +685,9 @@ class Engine:
 
     def list_managed(self, all_states: bool = False) -> list[Any]:
         """Containers `gpulaunch run` started (`is_job`): what `ps` lists."""
-        from gpulaunch.engine.api.containers import list_ids
-        from gpulaunch.engine.api.http import ApiError
-
-        try:
-            ids = list_ids(self.api(), all_states, RUN_ID_LABEL)
-        except ApiError as err:
-            raise EngineError(f"cannot list containers: {short_text(err)}") from None
-        found = [self._container(i, "cannot list containers") for i in ids]
+        query = {"all": int(all_states), "filters": json.dumps({"label": [RUN_ID_LABEL]})}
+        rows = self._ask("cannot list containers", "/containers/json", query) or []
+        found = [self._container(str(row["Id"]), "cannot list containers") for row in rows]
         return [c for c in found if c is not None and self.is_job(c)]
 
     def get_managed(self, ident: str) -> Any:
@@ -747,6 +700,19 @@ class Engine:
                 f"container {ident!r} was not started by `gpulaunch run`; not touching it"
             )
         return container
+
+
+@contextlib.contextmanager
+def _worded(what: str, caught: type[Exception] | None = None) -> Iterator[None]:
+    """An engine's error answer (`caught`: another error) as EngineError "WHAT: its
+    message", on one line."""
+    from gpulaunch.engine.api.http import ApiError
+
+    errors = ApiError if caught is None else caught
+    try:
+        yield
+    except errors as err:
+        raise EngineError(f"{what}: {short_text(err)}") from None
 
 
 def attach_output(container: Any, stream: str) -> Iterator[bytes]:

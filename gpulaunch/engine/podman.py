@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from gpulaunch.engine import daycache
 from gpulaunch.engine.buildspec import BuildRequest, DockerCli
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.fsio import read_back
@@ -81,7 +82,7 @@ class PodmanCli(DockerCli):
     build args, network, secrets: Buildah takes them all) sent to the engine gpulaunch talks
     to, whatever podman's own default connection is."""
 
-    url: str = ""
+    url: str
 
     def build_argv(
         self,
@@ -90,18 +91,18 @@ class PodmanCli(DockerCli):
         context: Path | None = None,
         secret_dir: Path | None = None,
     ) -> list[str]:
-        argv = DockerCli(self.path, "env").build_argv(req, dockerfile_path, context, secret_dir)
+        argv = super().build_argv(req, dockerfile_path, context, secret_dir)
         return [argv[0], "--url", self.url, *argv[1:]]
 
 
-def find_cli(env: Mapping[str, str]) -> PodmanCli | None:
+def find_cli(env: Mapping[str, str], url: str) -> PodmanCli | None:
     """The podman binary on PATH (GPULAUNCH_BUILDER=classic: none), for `url`'s engine."""
     import shutil
 
     if env.get("GPULAUNCH_BUILDER") == "classic":
         return None
     found = shutil.which("podman", path=env.get("PATH", os.defpath))
-    return None if found is None else PodmanCli(found, "env")
+    return None if found is None else PodmanCli(found, "env", url)
 
 
 def podman_rootless(kind: EngineKind, libpod_info: Any) -> EngineKind:
@@ -119,56 +120,27 @@ def podman_rootless(kind: EngineKind, libpod_info: Any) -> EngineKind:
 # reads it back to print the line that engine runs. Missing, stale (a day), corrupt or planted
 # entries only mean "not known": the dry run then shows Docker's line and says it did not ask.
 KINDS_FILE = "engine-kinds.json"
-KINDS_MAX_AGE_S = 24 * 3600
-KINDS_MAX = 32
-
-
-def _kinds_path() -> Path:
-    from gpulaunch.fsio import cache_dir
-
-    return cache_dir() / KINDS_FILE
 
 
 def remember_kind(address: str, kind: EngineKind, now: float | None = None) -> None:
     import time
 
-    from gpulaunch.fsio import cache_dir, read_cache, write_cache
-
-    data = read_cache(_kinds_path())
-    entries: dict[str, Any] = {}
-    if isinstance(data, dict):
-        entries = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)}
+    entries = daycache.entries(KINDS_FILE)
     entries[address] = {
         "at": time.time() if now is None else now,
         "name": kind.name,
         "version": kind.version,
         "rootless": kind.rootless,
     }
-    newest = sorted(entries, key=lambda k: _at(entries[k]), reverse=True)
-    root = cache_dir().parent
-    write_cache(_kinds_path(), {k: entries[k] for k in newest[:KINDS_MAX]}, root=root)
-
-
-def _at(entry: dict[str, Any]) -> float:
-    at = entry.get("at")
-    return float(at) if isinstance(at, int | float) else 0.0
+    daycache.save(KINDS_FILE, entries)
 
 
 def known_kind(address: str, now: float | None = None) -> EngineKind | None:
     """What a real command last found at `address` (within a day), or None."""
-    import time
-
-    from gpulaunch.fsio import read_cache
-
-    data = read_cache(_kinds_path())
-    entry = data.get(address) if isinstance(data, dict) else None
-    if not isinstance(entry, dict):
+    entry = daycache.entries(KINDS_FILE).get(address)
+    if entry is None or not daycache.fresh(entry, now):
         return None
-    at, name, version = entry.get("at"), entry.get("name"), entry.get("version")
-    rootless = entry.get("rootless")
-    now = time.time() if now is None else now
-    if not isinstance(at, int | float) or not 0 <= now - at <= KINDS_MAX_AGE_S:
-        return None
+    name, version, rootless = entry.get("name"), entry.get("version"), entry.get("rootless")
     if name not in ("docker", "podman") or not isinstance(version, str):
         return None
     if rootless is not None and not isinstance(rootless, bool):

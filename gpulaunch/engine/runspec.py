@@ -15,7 +15,6 @@ from gpulaunch.engine.docker_api import MANAGED_LABEL, RUN_ID_LABEL
 from gpulaunch.gpurequest import GpuRequest
 
 WORKSPACE = "/workspace"
-HELPERS_DIR = "/opt/gpulaunch/bin"
 STOP_TIMEOUT = 45  # longer than torchrun's 30 s graceful shutdown of its workers
 NGC_ULIMITS = {"memlock": -1, "stack": 67108864}
 V4MAPPED_LOOPBACK_NAME = "localhost-v4mapped"

@@ -386,8 +386,8 @@ def _watch(
     stopper: _Stopper,
     stop: threading.Event | None,
     finished: threading.Event,
-    lost: threading.Event | None = None,
-    warn: Callable[[str], None] | None = None,
+    lost: threading.Event | None,
+    warn: Callable[[str], None],
 ) -> None:
     """Until the job ends: a first signal (or `stop`) sends SIGTERM and arms SIGKILL after
     the stop timeout; a second signal sends SIGKILL at once. `lost` (the terminal's attach
@@ -400,11 +400,10 @@ def _watch(
         if lost is not None and lost.is_set() and not graceful_sent:
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since >= DETACH_GRACE_S and not finished.is_set():
-                if warn is not None:
-                    warn(
-                        "warning: the engine detached the terminal while the job ran "
-                        "(detach keys typed, or the engine dropped the attach); stopping the job"
-                    )
+                warn(
+                    "warning: the engine detached the terminal while the job ran "
+                    "(detach keys typed, or the engine dropped the attach); stopping the job"
+                )
                 stopper.count = stopper.count or 1
         if (stopper.count or requested) and not graceful_sent:
             graceful_sent = True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulaunch.engine import refusals
+from gpulaunch.engine import daycache, refusals
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +30,8 @@ def test_a_refusal_is_remembered_for_that_engine_only(cache: Path) -> None:
 
 def test_a_remembered_refusal_expires_after_a_day() -> None:
     refusals.remember_refused_ulimit("A", "memlock", now=1000)
-    assert refusals.refused_ulimits("A", now=1000 + refusals.MAX_AGE_S) == {"memlock"}
-    assert refusals.refused_ulimits("A", now=1001 + refusals.MAX_AGE_S) == set()
+    assert refusals.refused_ulimits("A", now=1000 + daycache.MAX_AGE_S) == {"memlock"}
+    assert refusals.refused_ulimits("A", now=1001 + daycache.MAX_AGE_S) == set()
     assert refusals.refused_ulimits("A", now=999) == set()  # from the future: distrusted
 
 

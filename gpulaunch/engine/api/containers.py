@@ -8,7 +8,6 @@ the raw bytes of the terminal.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from collections.abc import Callable, Iterator
@@ -166,11 +165,6 @@ def _closing(reply: Stream, chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield from chunks
     finally:
         reply.close()
-
-
-def list_ids(api: Transport, all_states: bool, label: str) -> list[str]:
-    query = {"all": int(all_states), "filters": json.dumps({"label": [label]})}
-    return [str(item["Id"]) for item in api.call("GET", "/containers/json", query) or []]
 
 
 def create(api: Transport, name: str, body: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from gpulaunch.engine.api.http import (
     api_error,
     decode,
 )
-from gpulaunch.engine.failures import stalled, unreachable
+from gpulaunch.engine.failures import short_text, stalled, unreachable
 
 
 def client_kwargs(address: Address) -> dict[str, Any]:
@@ -44,25 +44,34 @@ def client_kwargs(address: Address) -> dict[str, Any]:
 
 def connected(make: Callable[..., Any], address: Address, timeout: float) -> Any:
     """`make` (docker.APIClient or docker.DockerClient) connected to `address`, its API
-    version asked of the engine (/version) as the SDK's version=None asks it.
+    version asked of the engine (/version) as the SDK's version=None asks it: the
+    reachability check, "cannot reach the Docker engine at ..." when it fails or takes more
+    than `timeout`.
 
     With TLS each request names the address's CA itself: requests would otherwise put
     REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE from the environment in place of the session's CA
     (its merge of environment settings), trusting a public CA list for a private engine, or
     refusing the engine's own CA. So the version is asked only once that is in place."""
+    import requests
     from docker.constants import MINIMUM_DOCKER_API_VERSION
+    from docker.errors import DockerException
 
-    made = make(version=MINIMUM_DOCKER_API_VERSION, timeout=timeout, **client_kwargs(address))
-    api = getattr(made, "api", made)
-    if address.tls is not None:
-        send, verify = api.request, api.verify
+    try:
+        made = make(version=MINIMUM_DOCKER_API_VERSION, timeout=timeout, **client_kwargs(address))
+        api = getattr(made, "api", made)
+        if address.tls is not None:
+            send, verify = api.request, api.verify
 
-        def request(*args: Any, **kwargs: Any) -> Any:
-            kwargs.setdefault("verify", verify)
-            return send(*args, **kwargs)
+            def request(*args: Any, **kwargs: Any) -> Any:
+                kwargs.setdefault("verify", verify)
+                return send(*args, **kwargs)
 
-        api.request = request
-    api._version = api._retrieve_server_version()  # what version=None does in __init__
+            api.request = request
+        api._version = api._retrieve_server_version()  # what version=None does in __init__
+    except (DockerException, requests.RequestException) as err:
+        timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
+        reason = f"no answer within {timeout:g} s" if timed_out else short_text(err)
+        raise unreachable(address.url, reason) from None
     return made
 
 
@@ -76,15 +85,8 @@ class SdkTransport:
 
     def ping(self, timeout: float) -> None:
         import docker
-        import requests
-        from docker.errors import DockerException
 
-        try:  # version=None asks the engine's /version: the reachability check
-            self._api = connected(docker.APIClient, self.address, timeout)
-        except (DockerException, requests.RequestException) as err:
-            timed_out = isinstance(err, requests.Timeout) or "timed out" in str(err)
-            reason = f"no answer within {timeout:g} s" if timed_out else " ".join(str(err).split())
-            raise unreachable(self.host, reason[:400]) from None
+        self._api = connected(docker.APIClient, self.address, timeout)
         self._api.timeout = self.timeout
 
     def _send(self, method: str, path: str, limit: float | None, **kwargs: Any) -> Any:
