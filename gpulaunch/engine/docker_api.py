@@ -157,15 +157,22 @@ class Engine:
             return self.api().call("GET", path, query)
 
     def identity(self) -> str:
-        """Which engine this is, for caches of what it can do: its ID, version and kernel.
-        Podman's Docker-style /info answers a new random ID each time: there its address
-        stands in for the ID."""
+        """Which engine this is, for caches of what it can do: its address, version and
+        kernel, from the `/version` answer the first contact already got. (Not /info's ID: it
+        costs every run a call of about 7 ms, and Podman's changes each time anyway.)"""
         if self._identity is None:
-            info = self._ask("cannot read the engine's info", "/info")
-            ident = f"podman {self.host}" if self.kind().podman else info.get("ID")
-            parts = (ident, info.get("ServerVersion"), info.get("KernelVersion"))
+            with _worded("cannot read the engine's version"):
+                version = self._version()
+            parts = (self.host, version.get("Version"), version.get("KernelVersion"))
             self._identity = "|".join(str(p) for p in parts)[:400]
         return self._identity
+
+    def _version(self) -> dict[str, Any]:
+        """The engine's `/version` answer: the ping's, when the transport kept it."""
+        api = self.api()
+        if api.version is None:
+            api.version = api.call("GET", "/version")
+        return api.version if isinstance(api.version, dict) else {}
 
     def kind(self) -> EngineKind:
         """Docker or Podman, from the engine's `/version` answer (asked once; on Podman its
@@ -182,12 +189,10 @@ class Engine:
         )
 
         if self._kind is None:
-            try:  # the ping asked /version already: its answer, when the transport kept it
-                api = self.api()
-                version = api.version if api.version is not None else api.call("GET", "/version")
-                found = engine_kind(version) if isinstance(version, dict) else None
+            try:
+                found = engine_kind(self._version())
                 if found is not None and found.podman:
-                    found = podman_rootless(found, api.call("GET", LIBPOD_INFO))
+                    found = podman_rootless(found, self.api().call("GET", LIBPOD_INFO))
             except ApiError:
                 found = None
             self._kind = found or EngineKind("docker", "?")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpulaunch.catalog import compat
 from gpulaunch.catalog.compat import HostGpus, matrix
-from gpulaunch.catalog.request import ImageRequest, MatrixRow, ResolvedImage
+from gpulaunch.catalog.request import ImageRequest, MatrixRow, ResolvedImage, summarize
 from gpulaunch.catalog.resolver import resolve
 from gpulaunch.config import (
     CONFIG_NAME,
@@ -22,7 +22,7 @@ from gpulaunch.config import (
 )
 from gpulaunch.engine import nvml
 from gpulaunch.errors import ConfigError, FileExistsRefusal
-from gpulaunch.image.render import image_request, render_dockerignore, summarize
+from gpulaunch.image.render import image_request, render_dockerignore
 from gpulaunch.project.discover import nested_requirements, read_project
 from gpulaunch.project.imports import NO_ENTRY, Missing, entry_gaps, requirement_lines
 from gpulaunch.project.layout import keep_code, output_notes
@@ -278,6 +278,7 @@ class _Owned:
         if not lines:
             notes.append(f"--add-missing: nothing to add; {OWNED_REQUIREMENTS} not written")
             return None
+        names = ", ".join(line.split()[0] for line in lines)
         if project.entry is None:
             head = []
         elif project.entry_kind == "requirements":
@@ -285,7 +286,6 @@ class _Owned:
         elif project.install_project:
             head = ["-e ."]  # the project installs itself, with its own dependencies
         else:
-            names = ", ".join(line.split()[0] for line in lines)
             raise ConfigError(
                 f"--add-missing: {project.entry} is not a pip requirements file or an "
                 f"installable project; add {names} to it"
@@ -301,7 +301,6 @@ class _Owned:
             raise ConfigError(f"--add-missing: {OWNED_REQUIREMENTS} {err}") from None
         text = "\n".join([*OWNED_HEADER, *head, *lines]) + "\n"
         write_file(path, text, root=root, force=force)
-        names = ", ".join(line.split()[0] for line in lines)
         notes.append(f"--add-missing: {OWNED_REQUIREMENTS} installs {names} (image.requirements)")
         return cls(path, root, before)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from gpulaunch.engine.docker_api import MANAGED_LABEL, PROJECT_LABEL
@@ -52,15 +52,6 @@ class Image:
     created: int
     size: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "project": self.project,
-            "tags": list(self.tags),
-            "created": self.created,
-            "size": self.size,
-        }
-
 
 @dataclass
 class Decision:
@@ -71,7 +62,7 @@ class Decision:
     outcome: str = ""  # "would remove", "removed", "untagged", "kept"
 
     def to_json(self) -> dict[str, Any]:
-        data = self.image.to_json()
+        data = {**asdict(self.image), "tags": list(self.image.tags)}
         if self.reasons:
             data["reasons"] = list(self.reasons)
         else:
@@ -223,20 +214,14 @@ def _remove(engine: PruneEngine, decision: Decision) -> None:
     built under two hashes) loses all but one first: the engine removes an id that several
     references name only when forced, and prune never forces."""
     image = decision.image
-    for tag in image.tags[1:]:
-        answer = engine.remove_image(tag)
+    for ref in [*image.tags[1:], image.id]:
+        answer = engine.remove_image(ref)
         if answer.get("outcome") == "refused":
             decision.outcome = "kept"
             decision.reasons.append(f"the engine refused: {answer.get('reason', '')}")
             return
-    answer = engine.remove_image(image.id)
-    if answer.get("outcome") == "refused":
-        decision.outcome = "kept"
-        decision.reasons.append(f"the engine refused: {answer.get('reason', '')}")
-    elif answer.get("outcome") == "untagged":
-        decision.outcome = "untagged"  # a child image still needs its layers
-    else:
-        decision.outcome = "removed"
+    # "untagged": a child image still needs its layers
+    decision.outcome = "untagged" if answer.get("outcome") == "untagged" else "removed"
 
 
 # -- the notice after `build` ---------------------------------------------------------------

@@ -21,10 +21,10 @@ from gpulaunch.catalog.request import (
     ResolvedImage,
     check_certificate,
     check_image_env,
+    summarize,
     torch_summary,
 )
 from gpulaunch.catalog.request import image_request as image_request  # its old home
-from gpulaunch.catalog.request import summarize as summarize
 from gpulaunch.catalog.resolver import resolve
 from gpulaunch.engine.context import CODE_DIR, context_path
 from gpulaunch.errors import ConfigError
@@ -143,10 +143,6 @@ class ImagePlan:
     inputs: tuple[str, ...] = ()
 
 
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
 def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[str], list[str]]:
     """(packages from the base OS, packages from the deadsnakes PPA)."""
     pkgs: list[str] = []
@@ -161,7 +157,7 @@ def _apt_packages(resolved: ResolvedImage, config: ProjectConfig) -> tuple[list[
     ppa = f"python{resolved.python}-" if deadsnakes else "\0"  # its -dev is the PPA's too
     pkgs += [p for p in config.image.system_packages if not p.startswith(ppa)]
     deadsnakes += [p for p in config.image.system_packages if p.startswith(ppa)]
-    return _unique(pkgs), _unique(deadsnakes)
+    return list(dict.fromkeys(pkgs)), list(dict.fromkeys(deadsnakes))
 
 
 def _torch_install(

@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpulaunch.errors import GpulaunchError
 
@@ -32,9 +34,6 @@ class Resolution:
 
 def dry_run(requirements: list[str], *, timeout: float = TIMEOUT_S) -> Resolution:
     """Resolve `requirements` (PEP 508 texts) for this interpreter, installing nothing."""
-    import tempfile
-    from pathlib import Path
-
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     with tempfile.TemporaryDirectory(prefix="gpulaunch-pip-") as folder:
         report_path = Path(folder) / "report.json"
@@ -64,11 +63,9 @@ def dry_run(requirements: list[str], *, timeout: float = TIMEOUT_S) -> Resolutio
     raise PipUnavailable(f"pip could not resolve: {errors[-1].removeprefix('ERROR: ')}")
 
 
-def _installs(path: object) -> dict[str, str]:
-    from pathlib import Path
-
+def _installs(path: Path) -> dict[str, str]:
     try:
-        report = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+        report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise PipUnavailable("pip's --report file is missing or not JSON") from None
     return {

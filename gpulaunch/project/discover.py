@@ -56,7 +56,7 @@ def _reader_for(rel: str) -> tuple[str, Reader] | None:
 
 def _pyproject_kind(root: Path, rel: str) -> str | None:
     """ "installs" (dependencies or a build backend), "metadata" ([project] only), or None."""
-    data = load_toml(root / rel, rel)
+    _, data = load_toml(root / rel, rel)
     project, poetry = toml_table(data, "project"), toml_table(data, "tool", "poetry")
     if project.get("dependencies") or poetry.get("dependencies") or "build-system" in data:
         return "installs"
@@ -209,7 +209,7 @@ def _locked_torch(root: Path, project: Project) -> None:
         if not path.is_file():
             continue
         try:
-            data = load_toml(path, name)
+            text, data = load_toml(path, name)
         except ConfigError as err:
             project.not_understood.append(err.message)
             continue
@@ -222,7 +222,6 @@ def _locked_torch(root: Path, project: Project) -> None:
                     versions.setdefault(version, 0)
         if len(versions) == 1:
             (version,) = versions
-            text = path.read_text(encoding="utf-8", errors="replace")
             line = next(
                 (i for i, raw in enumerate(text.splitlines(), 1) if raw == 'name = "torch"'), 0
             )

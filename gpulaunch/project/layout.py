@@ -78,7 +78,7 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
 
     from gpulaunch.project.pyproject import load_toml
 
-    data = load_toml(path, shown).get("build-system")
+    data = load_toml(path, shown)[1].get("build-system")
     if not isinstance(data, dict):
         return None
     texts, torch = [], ""

@@ -140,20 +140,9 @@ def variant_of_url(url: str) -> str | None:
         i = parts.index("whl")
         if i + 1 < len(parts) and _is_variant(parts[i + 1]):
             return parts[i + 1]
-    if parts and parts[-1].endswith(".whl"):
-        return variant_of_wheel(parts[-1])
-    return None
-
-
-def variant_of_wheel(filename: str) -> str | None:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # only for wheels
-
-    try:
-        _, version, _, _ = parse_wheel_filename(unquote(filename))
-    except InvalidWheelFilename:
-        return None
-    local = version.local
-    return local if local and _is_variant(local) else None
+    wheel = wheel_name(url)
+    local = wheel[1].partition("+")[2] if wheel is not None else ""
+    return local if _is_variant(local) else None
 
 
 def wheel_name(url: str) -> tuple[str, str, str] | None:

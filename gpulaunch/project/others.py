@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import LocalInstall, Project, pick_extra, variant_of_url
+from gpulaunch.project.model import LocalInstall, Project, variant_of_url
 from gpulaunch.project.pyproject import load_toml
-from gpulaunch.project.requirements import read_requirement_texts, read_text
+from gpulaunch.project.requirements import (
+    read_extra,
+    read_requirement_texts,
+    read_text,
+    split_options,
+)
 
 # conda names that are not pip distributions of the same name, and what they mean here
 _CONDA_TORCH = {"pytorch": "torch"}
@@ -83,32 +88,20 @@ def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
                 if entry and isinstance(value, (list, tuple)):
                     read_requirement_texts([str(v) for v in value], rel, project, source)
             if kw.arg == "extras_require" and entry:
-                _setup_extras(rel, kw.value, project, source)
+                try:  # a literal extras_require: as pyproject's optional-dependencies
+                    extras = ast.literal_eval(kw.value)
+                except ValueError:
+                    extras = None
+                if isinstance(extras, dict):
+                    read_extra(rel, extras, project, source, "extra")
     if entry:
         project.install_project = True
         if not found:
             project.notes.append(f"{rel}: no install_requires found")
 
 
-def _setup_extras(rel: str, node: ast.expr, project: Project, source: str) -> None:
-    """setup.py's literal extras_require: the [gpu]/[cuda] group for a CUDA image, [cpu]
-    for a CPU one (pyproject's optional-dependencies have the same rule)."""
-    try:
-        extras = ast.literal_eval(node)
-    except ValueError:
-        return
-    if not isinstance(extras, dict):
-        return
-    picked = pick_extra(sorted(str(k) for k in extras), project.gpu)
-    if picked is not None and isinstance(extras[picked], (list, tuple)):
-        image = "a CUDA image" if project.gpu else "a CPU image"
-        project.notes.append(f"{rel}: installing the extra [{picked}] ({image})")
-        texts = [str(v) for v in extras[picked]]
-        read_requirement_texts(texts, f"{rel} [{picked}]", project, source)
-
-
 def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
-    data = load_toml(root / rel, rel)
+    source, data = load_toml(root / rel, rel)
     project.sources.append(f"{rel} (pipenv)")
     sources = {
         s.get("name"): s.get("url")
@@ -122,8 +115,6 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
     for name, value in (data.get("packages") or {}).items():
         table = value if isinstance(value, dict) else {"version": value}
         if "path" in table:
-            from gpulaunch.project.model import LocalInstall
-
             project.add_local(LocalInstall(str(table["path"]), bool(table.get("editable")), rel))
             continue
         if "git" in table:
@@ -136,7 +127,7 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
             project.torch_index = index
             project.set_variant(variant_of_url(index), f"{rel} [packages] torch (index {index})")
     if entry:
-        read_requirement_texts(texts, rel, project, read_text(root / rel, rel))
+        read_requirement_texts(texts, rel, project, source)
     if data.get("dev-packages"):
         project.notes.append(f"{rel}: [dev-packages] not installed")
 
@@ -203,7 +194,7 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
                 conda_only.append(name)
     if entry:
         read_requirement_texts(texts, f"{rel} (conda)", project, source)
-        _pip_section(root, rel, pip_lines, project)
+        _pip_section(rel, pip_lines, project, source)
         if conda_only:
             project.notes.append(
                 f"{rel}: conda packages installed from PyPI under the same name: "
@@ -211,9 +202,7 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
             )
 
 
-def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> None:
-    from gpulaunch.project.requirements import split_options
-
+def _pip_section(rel: str, lines: list[str], project: Project, source: str) -> None:
     texts = []
     for line in lines:
         req, options = split_options(line)
@@ -226,7 +215,7 @@ def _pip_section(root: Path, rel: str, lines: list[str], project: Project) -> No
             project.not_understood.append(f"{rel} pip: {line!r} (options are not read here)")
         elif req:
             texts.append(req)
-    read_requirement_texts(texts, f"{rel} pip:", project, read_text(root / rel, rel))
+    read_requirement_texts(texts, f"{rel} pip:", project, source)
 
 
 def script_block(text: str) -> dict[str, Any] | None:

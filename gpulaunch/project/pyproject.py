@@ -11,16 +11,23 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, pick_extra, variant_of_url
-from gpulaunch.project.requirements import read_requirement_texts, read_text, refuse_credential
+from gpulaunch.project.model import TORCH_FAMILY, LocalInstall, Project, variant_of_url
+from gpulaunch.project.requirements import (
+    read_extra,
+    read_requirement_texts,
+    read_text,
+    refuse_credential,
+)
 
 # uv's resolution settings: pip constraints when the pyproject is what the image installs
 UV_PINS = ("override-dependencies", "constraint-dependencies")
 
 
-def load_toml(path: Path, shown: str) -> dict[str, Any]:
+def load_toml(path: Path, shown: str) -> tuple[str, dict[str, Any]]:
+    """The file's text (which gives each dependency its line) and its tables."""
+    text = read_text(path, shown)
     try:
-        return tomllib.loads(read_text(path, shown))
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{shown}: cannot parse: {err}") from None
 
@@ -65,7 +72,7 @@ def poetry_spec(text: str) -> str | None:
 
 def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     """Record what `rel` says; when it is the entry, its dependencies are installed."""
-    data = load_toml(root / rel, rel)
+    source, data = load_toml(root / rel, rel)
     pep621 = toml_table(data, "project")
     poetry = toml_table(data, "tool", "poetry")
     uv = toml_table(data, "tool", "uv")
@@ -82,15 +89,9 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     deps = pep621.get("dependencies")
     texts = [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
     if entry:
-        source = read_text(root / rel, rel)
         read_requirement_texts(texts, rel, project, source)
         optional = toml_table(pep621, "optional-dependencies")
-        picked = pick_extra(sorted(optional), project.gpu)
-        if picked is not None and isinstance(optional[picked], list):
-            image = "a CUDA image" if project.gpu else "a CPU image"
-            project.notes.append(f"{rel}: installing the optional group [{picked}] ({image})")
-            extra = [str(d) for d in optional[picked]]
-            read_requirement_texts(extra, f"{rel} [{picked}]", project, source)
+        picked = read_extra(rel, optional, project, source, "optional group")
         groups = sorted(g for g in optional if g != picked)
         if groups:
             project.notes.append(
@@ -104,7 +105,7 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
             f"{installed}, not {rel} (set image.requirements: {rel} to apply them)"
         )
     if poetry:
-        _poetry(rel, poetry, project, entry, read_text(root / rel, rel))
+        _poetry(rel, poetry, project, entry, source)
     _indexes(rel, data, project)
 
 

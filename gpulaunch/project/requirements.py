@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -21,6 +21,7 @@ from gpulaunch.project.model import (
     LocalInstall,
     Project,
     ReqFile,
+    pick_extra,
     variant_of_url,
     variant_of_version,
     wheel_name,
@@ -394,6 +395,21 @@ def read_requirement_texts(
             project.set_variant(variant_of_version(spec), f"{here} (torch{spec})")
         project.deps.append(Dep(name, text.strip(), spec, req.url, here))
         project.inline.append(text.strip())
+
+
+def read_extra(
+    rel: str, extras: dict[Any, Any], project: Project, source: str, what: str
+) -> str | None:
+    """Install the optional group a CUDA image ([gpu], [cuda]...) or a CPU one ([cpu]) takes
+    (model.pick_extra) from pyproject's optional-dependencies or setup.py's extras_require:
+    its name, or None."""
+    picked = pick_extra(sorted(str(k) for k in extras), project.gpu)
+    if picked is not None and isinstance(extras[picked], (list, tuple)):
+        image = "a CUDA image" if project.gpu else "a CPU image"
+        project.notes.append(f"{rel}: installing the {what} [{picked}] ({image})")
+        texts = [str(v) for v in extras[picked]]
+        read_requirement_texts(texts, f"{rel} [{picked}]", project, source)
+    return picked
 
 
 def _first_line(err: Exception) -> str:

@@ -248,10 +248,19 @@ def test_an_engine_that_never_answers_the_ping_fails_fast(
     )
 
 
+def test_the_engine_identity_is_the_first_contact_s_version(fake: FakeEngine) -> None:
+    """What caches of an engine's limits are keyed on: its address, version and kernel from
+    the /version the ping asked; no /info, which a run would otherwise pay every time."""
+    engine = _engine(fake)
+    assert engine.identity() == f"{fake.host}|20.10.24|None"
+    assert engine.kind().name == "docker"
+    assert [r.split("?")[0] for r in fake.requests] == ["GET /version"]
+
+
 def test_an_engine_that_stops_answering_after_the_ping_is_named(fake: FakeEngine) -> None:
     fake.script.hang.add("/info")
     with pytest.raises(EngineError) as caught:
-        _engine(fake, GPULAUNCH_ENGINE_TIMEOUT="0.3").identity()
+        _engine(fake, GPULAUNCH_ENGINE_TIMEOUT="0.3").api().call("GET", "/info")
     assert caught.value.message == (
         f"the Docker engine at {fake.host} stopped answering: no answer within 0.3 s"
     )
@@ -325,7 +334,7 @@ def _ask(fake: FakeEngine, path: str, timeout: str) -> tuple[EngineError, float]
     engine.create_container(create_body(_plan()))
     start = time.monotonic()
     with pytest.raises(EngineError) as caught:
-        engine.identity() if path == "/info" else engine.get_managed(JOB).logs()
+        engine.api().call("GET", "/info") if path == "/info" else engine.get_managed(JOB).logs()
     return caught.value, time.monotonic() - start
 
 
