@@ -263,6 +263,7 @@ def prepare_build(
     (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`). `planned`:
     the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
     from gpulaunch.outside.git import published
+    from gpulaunch.project.layout import output_folders
 
     plan: ImagePlan | CachedPlan
     reads = None
@@ -279,7 +280,9 @@ def prepare_build(
     args = build_args()
     never = _never_sent(config, project, opts)
     user_rules = parse_rules(ignore, str(project / ".dockerignore"))
-    outputs = output_rules(project)
+    # the folders jobs write that are not the project's code (project.layout.OUTPUT_FOLDERS):
+    # left out of the context and the tag unless a `!` rule of the user brings one back
+    outputs = output_folders(project)[0]
     rules = effective_rules(user_rules, plan.required, never, outputs)
     entries = drop_bare_parents(scan(project, rules, published(project), plan.required), outputs)
     sent = {e.rel for e in entries}
@@ -306,14 +309,6 @@ def prepare_build(
         ignore_rules=tuple(rule.text() for rule in rules),
     )
     return PreparedBuild(plan, dockerfile, request, tag, tuple(outputs), known, learned, reads)
-
-
-def output_rules(project: Path) -> list[str]:
-    """The folders jobs write (project.layout.OUTPUT_FOLDERS) that are not the project's
-    code: left out of the context and the tag unless a `!` rule of the user brings one back."""
-    from gpulaunch.project.layout import output_folders
-
-    return output_folders(project)[0]
 
 
 def _never_sent(config: ProjectConfig, project: Path, opts: BuildOptions) -> list[str]:

@@ -222,7 +222,7 @@ def _finish(
     )
     config = config.model_copy(update={"image": pinned})
     validate_data(config.model_dump(mode="json"))  # the file we write must load back
-    _renders(config, directory, project)
+    _renders(config, directory)
     if opts.check_pins and resolved.torch:
         notes.append(_replay(project, resolved.torch))
 
@@ -448,12 +448,12 @@ def _python_headers(resolved: ResolvedImage, system: list[str]) -> str | None:
     return package if package and package not in system else None
 
 
-def _renders(config: ProjectConfig, directory: Path, project: Project) -> None:
+def _renders(config: ProjectConfig, directory: Path) -> None:
     """The config init writes must render: a refusal of render is init's, before writing."""
     from gpulaunch.image.render import plan_image, render_dockerfile
 
     try:
-        render_dockerfile(plan_image(config, directory, "buildkit", project))
+        render_dockerfile(plan_image(config, directory, "buildkit"))
     except ConfigError as err:
         raise ConfigError(f"init: the config would not render: {err.message}") from None
 

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from jinja2.bccache import Bucket
 
     from gpulaunch.config import ProjectConfig
-    from gpulaunch.project.model import Project
 
     Archs = tuple[str, ...] | None
 
@@ -185,11 +184,8 @@ def _links_flags(config: ProjectConfig, links: list[dict[str, str]]) -> str:
     return (" --no-index" + flags) if config.image.pip.no_index else flags
 
 
-def plan_image(
-    config: ProjectConfig, project_dir: Path, builder: Builder, known: Project | None = None
-) -> ImagePlan:
-    """Resolve versions and compute the template context for one builder (`known`: the
-    project as the caller read it, reused when read for the same entry and GPU choice)."""
+def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> ImagePlan:
+    """Resolve versions and compute the template context for one builder."""
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
@@ -225,7 +221,7 @@ def plan_image(
     owned = TORCH_FAMILY if resolved.flavor == "ngc" else [t.split("==")[0] for t in torch_install]
     entry = img.requirements
     deps = (
-        _dependencies(project_dir, entry, required, archs, known, mounted, frozenset(owned))
+        _dependencies(project_dir, entry, required, archs, mounted, frozenset(owned))
         if entry
         else None
     )
@@ -404,11 +400,10 @@ def _dependencies(
     entry: str,
     required: list[str],
     archs: Archs,
-    known: Project | None,
     mounted: dict[str, str],
     image_torch: frozenset[str] = frozenset(),
 ) -> _Dependencies:
-    """`archs`: the image torch's CUDA archs (None: a CPU image); `known`: the caller's read;
+    """`archs`: the image torch's CUDA archs (None: a CPU image);
     `mounted`: wheelhouse folders -> where pip steps see them (a local wheel there is
     installed from that place: the wheelhouse is not in /workspace)."""
     from gpulaunch.project.discover import read_project
@@ -422,7 +417,7 @@ def _dependencies(
 
         strict_dependencies(entry_path)  # the strict checks on [project].dependencies
     try:
-        model = read_project(project_dir, entry, archs is not None, known, image_torch)
+        model = read_project(project_dir, entry, archs is not None, image_torch)
     except ConfigError as err:
         if err.message.startswith("image.requirements"):
             raise

@@ -1,5 +1,5 @@
-"""The pip seam: `pip install --dry-run --report -` replays a resolution without installing
-anything, with a timeout. pip's own configuration applies (PIP_INDEX_URL, PIP_NO_INDEX,
+"""The pip seam: `pip install --dry-run` replays a resolution without installing anything,
+with a timeout. pip's own configuration applies (PIP_INDEX_URL, PIP_NO_INDEX,
 PIP_FIND_LINKS: tests point it at a folder of fake wheels).
 
 Nothing here decides what a failed resolution means for an image: that is `image.init`.
@@ -7,13 +7,10 @@ Nothing here decides what a failed resolution means for an image: that is `image
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from gpulaunch.errors import GpulaunchError
 
@@ -28,27 +25,24 @@ class PipUnavailable(GpulaunchError):
 @dataclass(frozen=True)
 class Resolution:
     ok: bool
-    installs: dict[str, str] = field(default_factory=dict)  # name -> version (ok)
     conflict: str = ""  # pip's explanation, one line (not ok)
 
 
 def dry_run(requirements: list[str], *, timeout: float = TIMEOUT_S) -> Resolution:
     """Resolve `requirements` (PEP 508 texts) for this interpreter, installing nothing."""
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    with tempfile.TemporaryDirectory(prefix="gpulaunch-pip-") as folder:
-        report_path = Path(folder) / "report.json"
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
-        argv += ["--report", str(report_path), "--", *requirements]
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise PipUnavailable(f"pip did not resolve within {timeout:.0f} s") from None
-        except OSError as err:
-            raise PipUnavailable(f"pip did not run: {err.strerror}") from None
-        if proc.returncode == 0:
-            return Resolution(True, _installs(report_path))
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
+    argv += ["--", *requirements]
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise PipUnavailable(f"pip did not resolve within {timeout:.0f} s") from None
+    except OSError as err:
+        raise PipUnavailable(f"pip did not run: {err.strerror}") from None
+    if proc.returncode == 0:
+        return Resolution(True)
     text = f"{proc.stdout}\n{proc.stderr}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     start = next((i for i, x in enumerate(lines) if "conflict is caused by" in x), None)
@@ -61,15 +55,3 @@ def dry_run(requirements: list[str], *, timeout: float = TIMEOUT_S) -> Resolutio
         return Resolution(False, conflict="; ".join(cause[:4]) or lines[-1])
     errors = [x for x in lines if x.startswith("ERROR:")] or lines or [""]
     raise PipUnavailable(f"pip could not resolve: {errors[-1].removeprefix('ERROR: ')}")
-
-
-def _installs(path: Path) -> dict[str, str]:
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise PipUnavailable("pip's --report file is missing or not JSON") from None
-    return {
-        str(item["metadata"]["name"]).lower(): str(item["metadata"]["version"])
-        for item in report.get("install", [])
-        if isinstance(item, dict) and isinstance(item.get("metadata"), dict)
-    }

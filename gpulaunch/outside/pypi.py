@@ -91,18 +91,9 @@ def fetch_json(url: str, *, timeout: float = TIMEOUT_S) -> dict[str, Any]:
     return data
 
 
-def project(
-    name: str, *, base_url: str | None = None, timeout: float = TIMEOUT_S
-) -> dict[str, Any]:
-    """PyPI's project JSON (`info` of the newest release, `releases` with every file)."""
-    return fetch_json(f"{base_url or pypi_url()}/{name}/json", timeout=timeout)
-
-
-def release(
-    name: str, version: str, *, base_url: str | None = None, timeout: float = TIMEOUT_S
-) -> dict[str, Any]:
+def release(name: str, version: str, *, timeout: float = TIMEOUT_S) -> dict[str, Any]:
     """PyPI's JSON for one release (its own `info.requires_dist`)."""
-    return fetch_json(f"{base_url or pypi_url()}/{name}/{version}/json", timeout=timeout)
+    return fetch_json(f"{pypi_url()}/{name}/{version}/json", timeout=timeout)
 
 
 def _reason(err: object) -> str:

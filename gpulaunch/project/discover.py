@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.planreads import lacks
-from gpulaunch.project.layout import find_builds, find_import_paths
+from gpulaunch.project.layout import SKIP_DIRS, find_builds, find_import_paths
 from gpulaunch.project.model import LocalInstall, Project
 from gpulaunch.project.others import (
     read_conda,
@@ -25,7 +25,6 @@ from gpulaunch.project.requirements import is_requirements_name, read_requiremen
 
 Reader = Callable[[Path, str, Project, bool], None]
 _PLAIN = re.compile(r"[\w.+/-]+")  # no control character or line separator in a shown path
-_NOT_SOURCE = {"node_modules", "venv", "site-packages", "__pycache__"}
 _FOLDER_ENTRIES = (
     "base.txt",
     "main.txt",
@@ -37,14 +36,18 @@ _FOLDER_ENTRIES = (
 _CONDA = ("environment.yml", "environment.yaml", "conda.yml", "conda.yaml")
 
 
+# the files that describe a package (a local install's own dependencies), in that order
+_PACKAGE: dict[str, tuple[str, Reader]] = {
+    "pyproject.toml": ("pyproject", read_pyproject),
+    "setup.cfg": ("setup.cfg", read_setup_cfg),
+    "setup.py": ("setup.py", read_setup_py),
+}
+
+
 def _reader_for(rel: str) -> tuple[str, Reader] | None:
     name = Path(rel).name
-    if name == "pyproject.toml":
-        return "pyproject", read_pyproject
-    if name == "setup.cfg":
-        return "setup.cfg", read_setup_cfg
-    if name == "setup.py":
-        return "setup.py", read_setup_py
+    if name in _PACKAGE:
+        return _PACKAGE[name]
     if name == "Pipfile":
         return "pipfile", read_pipfile
     if name in _CONDA or name.endswith((".yml", ".yaml")):
@@ -109,12 +112,8 @@ def candidates(root: Path) -> list[str]:
 
 def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     """Requirements files found but neither the entry nor included by it."""
-    names = (
-        [p.name for p in root.glob("requirements*.txt")]
-        + [f"requirements/{p.name}" for p in (root / "requirements").glob("*.txt")]
-        if (root / "requirements").is_dir()
-        else [p.name for p in root.glob("requirements*.txt")]
-    )
+    names = [p.name for p in root.glob("requirements*.txt")]
+    names += [f"requirements/{p.name}" for p in (root / "requirements").glob("*.txt")]
     return sorted(n for n in names if n != entry and n not in read)
 
 
@@ -130,7 +129,7 @@ def nested_requirements(root: Path, project: Project, depth: int = 3) -> list[st
         dirs[:] = (
             []
             if level >= depth
-            else sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SOURCE)
+            else sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         )
         if level == 0 or where.parts == ("requirements",):
             continue  # the root's and requirements/'s own are weighed as candidates
@@ -156,19 +155,11 @@ def read_project(
     root: Path,
     entry: str | None = None,
     gpu: bool | None = None,
-    reuse: Project | None = None,
     image_torch: frozenset[str] = frozenset(),
 ) -> Project:
     """The project model of `root`; `entry` (image.requirements) or the first candidate.
     `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras.
-    `image_torch`: the torch* the image installs and pins itself (Project.image_torch).
-    `reuse`: a model the caller read already, returned when read for the same three."""
-    if reuse is not None and (reuse.entry, reuse.gpu, reuse.image_torch) == (
-        entry,
-        gpu,
-        image_torch,
-    ):
-        return reuse
+    `image_torch`: the torch* the image installs and pins itself (Project.image_torch)."""
     project = Project(gpu=gpu, image_torch=image_torch)
     found = candidates(root)
     installs = [
@@ -280,11 +271,7 @@ def _local_dependencies(root: Path, project: Project) -> None:
             project.locals.remove(local)
             continue
         sub = Project()
-        for name, reader in (
-            ("pyproject.toml", read_pyproject),
-            ("setup.cfg", read_setup_cfg),
-            ("setup.py", read_setup_py),
-        ):
+        for name, (_, reader) in _PACKAGE.items():
             if (folder / name).is_file():
                 rel = (folder / name).relative_to(root.resolve()).as_posix()
                 reader(root, rel, sub, True)

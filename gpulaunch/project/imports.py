@@ -48,10 +48,6 @@ class Import:
     where: str  # "train.py:3"
     optional: bool = False  # guarded: a failure is the project's choice, not an error
 
-    @property
-    def top(self) -> str:
-        return self.module.split(".", 1)[0]
-
 
 @dataclass(frozen=True)
 class Missing:
@@ -332,7 +328,7 @@ class _Walker:
             where = f"{rel}:{line}" if line else rel
             self.result.notes.append(f"imports: {where}: not parsed ({type(err).__name__})")
             return
-        for node, optional in _imports(parsed):
+        for node, optional in _imports(parsed.body):
             for name, how in self._targets(module, node):
                 where = f"{rel}:{node.lineno}"
                 yield from self._resolve(name, how, where, optional, (module.base, *bases))
@@ -389,30 +385,25 @@ class _Walker:
                 yield found
 
 
-def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+def _imports(
+    nodes: Iterable[ast.AST], optional: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement, with whether it is guarded (optional)."""
-
-    def visit(nodes: Iterable[ast.AST], optional: bool) -> Iterator[tuple[ast.AST, bool]]:
-        for node in nodes:
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                yield node, optional
-            elif isinstance(node, ast.If):
-                guarded = optional or _optional_test(node.test)
-                yield from visit(node.body, guarded)
-                yield from visit(node.orelse, optional or _platform_test(node.test))
-            elif isinstance(node, ast.Try | ast.TryStar):
-                catches = any(_catches_import_error(h.type) for h in node.handlers)
-                yield from visit(node.body, optional or catches)
-                for handler in node.handlers:
-                    yield from visit(handler.body, optional)
-                yield from visit(node.orelse, optional)
-                yield from visit(node.finalbody, optional)
-            else:
-                yield from visit(ast.iter_child_nodes(node), optional)
-
-    for node, optional in visit(tree.body, False):
-        assert isinstance(node, ast.Import | ast.ImportFrom)
-        yield node, optional
+    for node in nodes:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, optional
+        elif isinstance(node, ast.If):
+            yield from _imports(node.body, optional or _optional_test(node.test))
+            yield from _imports(node.orelse, optional or _platform_test(node.test))
+        elif isinstance(node, ast.Try | ast.TryStar):
+            catches = any(_catches_import_error(h.type) for h in node.handlers)
+            yield from _imports(node.body, optional or catches)
+            for handler in node.handlers:
+                yield from _imports(handler.body, optional)
+            yield from _imports(node.orelse, optional)
+            yield from _imports(node.finalbody, optional)
+        else:
+            yield from _imports(ast.iter_child_nodes(node), optional)
 
 
 def _optional_test(test: ast.expr) -> bool:

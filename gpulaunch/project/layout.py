@@ -21,7 +21,8 @@ from gpulaunch.project.model import TORCH_FAMILY, Build, Project
 SETUPTOOLS = "setuptools>=70.1"
 _CPP = ("CppExtension", "Extension", "Pybind11Extension", "cythonize")
 _CUDA = ("CUDAExtension",)
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpulaunch", "site-packages"}
+# folders that hold none of the project's own source (discover skips any dot-folder too)
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".gpulaunch", "site-packages"}
 _MAX_FILES = 3000  # Python files scanned for imports; big trees are sampled, not walked whole
 _MAX_BYTES = 1_000_000
 
@@ -73,10 +74,9 @@ def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
 def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
     """pyproject [build-system].requires (texts other than torch*) and why torch is among
     them; None without a build-system table."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    from packaging.requirements import InvalidRequirement
 
-    from gpulaunch.project.pyproject import load_toml
+    from gpulaunch.project.pyproject import load_toml, name_of
 
     data = load_toml(path, shown)[1].get("build-system")
     if not isinstance(data, dict):
@@ -84,7 +84,7 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
     texts, torch = [], ""
     for text in data.get("requires", []) if isinstance(data.get("requires"), list) else []:
         try:
-            name = canonicalize_name(Requirement(str(text)).name)
+            name = name_of(str(text))
         except InvalidRequirement:
             continue
         if name in TORCH_FAMILY:
@@ -128,17 +128,13 @@ def find_builds(root: Path, project: Project) -> None:
             continue
         if torch:
             requires = _with_setuptools_floor(requires) if requires else [SETUPTOOLS]
-        build = Build(local.path, torch, compiles, cuda, tuple(requires))
+        build = Build(local.path, torch, compiles, cuda)
         project.builds.append(build)
         if torch:
-            from packaging.requirements import Requirement
-            from packaging.utils import canonicalize_name
+            from gpulaunch.project.pyproject import name_of
 
             known = project.dist_names()
-            for text in requires:
-                name = canonicalize_name(Requirement(text).name)
-                if name not in known:
-                    project.inline.append(text)
+            project.inline += [text for text in requires if name_of(text) not in known]
             project.notes.append(
                 f"{build.shown}: its build imports torch ({torch}): installed with "
                 "--no-build-isolation after torch, with its build requirements "
@@ -217,7 +213,7 @@ def _python_files(root: Path) -> Iterator[Path]:
         for child in children:
             if child.is_symlink():
                 continue
-            if child.is_dir() and child.name not in _SKIP_DIRS:
+            if child.is_dir() and child.name not in SKIP_DIRS:
                 stack.append(child)
             elif child.suffix == ".py" and child.is_file():
                 count += 1

@@ -41,7 +41,6 @@ class Build:
     torch: str = ""  # why its build imports torch ("setup.py:3 imports torch.utils...")
     compiles: str = ""  # why it compiles C/C++ ("setup.py:9 CppExtension")
     cuda: str = ""  # why it needs nvcc ("setup.py:9 CUDAExtension")
-    requires: tuple[str, ...] = ()  # its build requirements other than torch*
 
     @property
     def shown(self) -> str:
@@ -88,8 +87,6 @@ class Project:
     # uv override-dependencies, applied as pip constraints (PEP 508 texts, with where)
     constraints: list[tuple[str, str]] = field(default_factory=list)
     install_project: bool = False  # the entry is an installable pyproject/setup project
-    indexes: list[str] = field(default_factory=list)  # index / find-links URLs the project names
-    torch_index: str | None = None  # the index the project takes torch from (uv/poetry/Pipfile)
     python_spec: str | None = None  # a PEP 440 specifier for the interpreter
     python_where: str | None = None
     variant: str | None = None  # "cu118", "cpu", ... the project's torch build

@@ -124,7 +124,6 @@ def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
         texts.append(name + ("" if spec == "*" else spec))
         index = sources.get(table.get("index"))
         if name == "torch" and index:
-            project.torch_index = index
             project.set_variant(variant_of_url(index), f"{rel} [packages] torch (index {index})")
     if entry:
         read_requirement_texts(texts, rel, project, source)

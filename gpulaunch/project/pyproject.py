@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -117,8 +118,6 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, sou
     }
     for name, url in sources.items():
         refuse_credential(url, f"{rel} [tool.poetry.source] {name}", project)
-        if url not in project.indexes:
-            project.indexes.append(url)
     texts: list[str] = []
     for name, value in toml_table(poetry, "dependencies").items():
         where = f"{rel} [tool.poetry.dependencies] {name}"
@@ -149,7 +148,6 @@ def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, sou
         texts.append(f"{name}{extra}{spec}")
         index = sources.get(table.get("source"))
         if canonicalize_name(name) == "torch" and index:
-            project.torch_index = index
             project.set_variant(variant_of_url(index), f"{where} (source {index})")
     if entry:
         read_requirement_texts(texts, f"{rel} [tool.poetry]", project, source)
@@ -168,8 +166,6 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
         if isinstance(index, dict) and isinstance(index.get("url"), str):
             refuse_credential(index["url"], f"{rel} [[{table}]] {index.get('name', '')}", project)
             named[str(index.get("name", ""))] = index["url"]
-            if index["url"] not in project.indexes:
-                project.indexes.append(index["url"])
     for name, value in toml_table(uv, "sources").items():
         where = f"{rel} [tool.uv.sources] {name}"
         entries = value if isinstance(value, list) else [value]
@@ -188,7 +184,6 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
                 if url is None:
                     project.not_understood.append(f"{where}: index {source['index']!r} not defined")
                     continue
-                project.torch_index = project.torch_index or url
                 project.set_variant(variant_of_url(url), f"{where} ({url})")
             elif "workspace" in source:
                 project.not_understood.append(f"{where}: uv workspace member not installed")
@@ -218,8 +213,6 @@ def _on_linux(marker: object) -> bool:
 
 
 def name_of(text: str) -> str:
-    from packaging.requirements import Requirement
-
     return canonicalize_name(Requirement(text).name)
 
 
@@ -227,8 +220,6 @@ def _overrides(rel: str, uv: dict[str, Any], project: Project) -> None:
     """uv's override- and constraint-dependencies, applied as pip constraints. pip has no
     overrides: a dependency that asks otherwise fails the build, naming both. What cannot be
     a pip constraint (extras, URLs) is refused; torch* stay gpulaunch's to pin."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     for key in UV_PINS:
         texts = uv.get(key)
         for text in texts if isinstance(texts, list) else []:

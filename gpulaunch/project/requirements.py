@@ -234,17 +234,12 @@ class _Reader:
                     self.read(target, _INCLUDE[name])
             elif name in _EDITABLE and value:
                 self.local(value, True, where, record, line)
-            elif name in _INDEX and value:
-                self.index(value, where)
+            elif name in _INDEX and value:  # a PyTorch index names the torch build
+                self.project.set_variant(variant_of_url(value), f"{where} ({value})")
             elif name not in (*_IGNORED, *_INCLUDE, *_EDITABLE, *_INDEX):
                 self.project.not_understood.append(f"{where}: option {name} ignored")
         if req_text:
             self.requirement(req_text, where, record, line, role, hashed=bool(pairs))
-
-    def index(self, url: str, where: str) -> None:
-        if url not in self.project.indexes:
-            self.project.indexes.append(url)
-        self.project.set_variant(variant_of_url(url), f"{where} ({url})")
 
     def local(self, arg: str, editable: bool, where: str, record: ReqFile, line: Line) -> None:
         if "://" in arg and not arg.startswith("file:"):
