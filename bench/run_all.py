@@ -161,9 +161,9 @@ NOTES = [
     "project (a config, no runs; `ps` asks the engine, which has no gpulaunch container then).",
     "Caches that make `run` fast (each safe when missing, corrupt or planted; a miss means "
     "recomputing): `.gpulaunch/tag-cache.json` (the tag, its inputs' hash and every context "
-    "entry's stat), `~/.cache/gpulaunch/engines.json` (ulimits an engine refused, by engine ID, "
-    "version and kernel, for a day), and `gpulaunch/data/json/` (JSON copies of the shipped "
-    "YAML data, used only when their sha256 names the exact text), "
+    "entry's stat), `~/.cache/gpulaunch/engines.json` (ulimits an engine refused, by engine "
+    "address, version and kernel, for a day), and `gpulaunch/data/json/` (JSON copies of the "
+    "shipped YAML data, used only when their sha256 names the exact text), "
     "`~/.cache/gpulaunch/docker-cli.json` (the docker CLI probe's answer, for a day, by the "
     "docker binaries, plugins and DOCKER_* variables) and `~/.cache/gpulaunch/templates/` "
     "(jinja2's own bytecode cache: used only when compiled from the exact text by this jinja2 "
