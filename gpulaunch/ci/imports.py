@@ -1,6 +1,6 @@
 """The end of `build`: import the entry points' third-party modules in the image just built.
 
-The same check as `smoke --imports` (its program, `ci.smoke.IMPORT_PROGRAM`, and init's walk
+The same check as `smoke --imports` (its program, `IMPORT_PROGRAM` here, and init's walk
 of the entry points' imports), run straight on the image: no job, no record, no project
 mount (the image's own /workspace), no network, no GPU. It takes seconds and says which
 module a job would fail to import, before the first run finds it after its own start-up.
@@ -20,6 +20,29 @@ from typing import Any
 TIMEOUT_S = 120.0  # imports that take longer are killed and reported as not finished
 MEMORY = "import-checks.json"  # in the user's cache: checks that passed, by what they depend on
 KEPT = 64
+
+IMPORTS_MARK = "gpulaunch-imports:"
+# Run in the image as `python -c PROGRAM CHECKS_JSON`: imports each module, says which fail
+# and why, ends with one marked JSON line, exits 1 when any failed. No training starts.
+IMPORT_PROGRAM = """\
+import importlib, json, sys
+checks = json.loads(sys.argv[1])
+failed = []
+for module, where, dist in checks:
+    try:
+        importlib.import_module(module)
+    except BaseException as err:
+        failed.append(module)
+        said = "%s: %s" % (type(err).__name__, (str(err).splitlines() or [""])[0])
+        top = (getattr(err, "name", None) or "").split(".")[0]
+        if isinstance(err, ModuleNotFoundError) and top == module.split(".")[0]:
+            said += "; add %r to the requirements" % dist
+        print("%s: import %s failed in the image: %s" % (where, module, said), flush=True)
+    else:
+        print("ok: import %s" % module, flush=True)
+print("%s %s" % (MARK, json.dumps({"checked": len(checks), "failed": failed})), flush=True)
+sys.exit(1 if failed else 0)
+""".replace("MARK", repr(IMPORTS_MARK))
 
 
 @dataclass
@@ -54,24 +77,27 @@ def check_image(
 ) -> ImportCheck | None:
     """None when the project has no entry point to check (no top-level script with a
     `__main__` block) or it imports nothing third-party."""
-    from gpulaunch.ci.smoke import IMPORT_PROGRAM, IMPORTS_MARK
-    from gpulaunch.engine.docker_api import PROJECT_LABEL
-    from gpulaunch.engine.runspec import RunPlan, create_body, new_run_id
-    from gpulaunch.project.imports import default_entries, load_table, walk
+    from gpulaunch.project.imports import default_entries, walk
     from gpulaunch.project.pythonpath import import_paths
 
     entries = default_entries(root)
     found = walk(root, entries, paths=import_paths(root, requirements)) if entries else None
     if found is None or not found.required():
         return None
-    table = load_table()
-    checks = [(i.module, i.where, table.candidates(i.module)[0]) for i in found.required()]
+    required = found.required()
     # what the outcome depends on: every layer below the last (the project's code: the
     # checked modules are not the project's own) and the modules asked
     layers = engine.image_layers(image)
-    key = _key(layers[:-1], sorted(module for module, _, _ in checks)) if layers else None
+    key = _key(layers[:-1], sorted(i.module for i in required)) if layers else None
     if key is not None and key in _passed():
-        return ImportCheck(found.entries, len(checks), remembered=True)
+        return ImportCheck(found.entries, len(required), remembered=True)
+
+    from gpulaunch.engine.docker_api import PROJECT_LABEL
+    from gpulaunch.engine.runspec import RunPlan, create_body, new_run_id
+    from gpulaunch.project.imports import load_table
+
+    table = load_table()
+    checks = [(i.module, i.where, table.candidates(i.module)[0]) for i in required]
     plan = RunPlan(
         image=image,
         name=f"gl-{project_name.replace('/', '-')}-{new_run_id()}-imports",

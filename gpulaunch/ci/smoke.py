@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
 
 from gpulaunch.ci.gpus import choose_gpus
+from gpulaunch.ci.imports import IMPORT_PROGRAM, IMPORTS_MARK
 from gpulaunch.engine.supervise import StopRequest
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
 from gpulaunch.jobs.execute import Job, JobIO, JobSpec, Observer, Start, plan_job, start_job
@@ -214,28 +215,6 @@ def prepare(spec: JobSpec, opts: SmokeOptions) -> Job:
     return plan_job(spec)
 
 
-IMPORTS_MARK = "gpulaunch-imports:"
-# Run in the image as `python -c PROGRAM CHECKS_JSON`: imports each module, says which fail
-# and why, ends with one marked JSON line, exits 1 when any failed. No training starts.
-IMPORT_PROGRAM = """\
-import importlib, json, sys
-checks = json.loads(sys.argv[1])
-failed = []
-for module, where, dist in checks:
-    try:
-        importlib.import_module(module)
-    except BaseException as err:
-        failed.append(module)
-        said = "%s: %s" % (type(err).__name__, (str(err).splitlines() or [""])[0])
-        top = (getattr(err, "name", None) or "").split(".")[0]
-        if isinstance(err, ModuleNotFoundError) and top == module.split(".")[0]:
-            said += "; add %r to the requirements" % dist
-        print("%s: import %s failed in the image: %s" % (where, module, said), flush=True)
-    else:
-        print("ok: import %s" % module, flush=True)
-print("%s %s" % (MARK, json.dumps({"checked": len(checks), "failed": failed})), flush=True)
-sys.exit(1 if failed else 0)
-""".replace("MARK", repr(IMPORTS_MARK))
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 
 

@@ -361,7 +361,7 @@ def build(
 
         prune_notice(cfg.name, outcome.tag, engine)
         if import_check != "off":
-            _import_check(cfg, project, outcome.tag, strict=import_check == "fail")
+            _import_check(cfg, project, outcome.tag, engine, strict=import_check == "fail")
     if push is not None:
         from gpulaunch.export.api import push_image
 
@@ -373,7 +373,7 @@ def build(
 IMPORT_CHECKS = ("warn", "fail", "off")
 
 
-def _import_check(cfg: Any, project: Path, tag: str, strict: bool) -> None:
+def _import_check(cfg: Any, project: Path, tag: str, engine: Any, strict: bool) -> None:
     """A new image's check (ci.imports): what it says goes to stderr. A module that fails
     to import is the project's omission, and the image is built and usable for everything
     else, so the build's exit code stands unless --import-check fail asks otherwise."""
@@ -381,7 +381,7 @@ def _import_check(cfg: Any, project: Path, tag: str, strict: bool) -> None:
     from gpulaunch.errors import GpulaunchError
 
     try:
-        found = check_image(make_engine(), tag, cfg.name, project, cfg.image.requirements)
+        found = check_image(engine, tag, cfg.name, project, cfg.image.requirements)
     except GpulaunchError as err:  # the image is built: the check's own failure is a line
         echo_err(f"imports: not checked: {err.message}")
         if strict:

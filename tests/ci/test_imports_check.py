@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpulaunch.ci.imports import check_image
-from gpulaunch.ci.smoke import IMPORTS_MARK
+from gpulaunch.ci.imports import IMPORTS_MARK, check_image
 from gpulaunch.cli import app
 
 TRAIN = "import numpy\nimport tiktoken\n\nif __name__ == '__main__':\n    pass\n"
