@@ -68,7 +68,7 @@ def smoke(
     numa: NumaOpt = None,
     precision: PrecisionOpt = None,
     env: EnvOpt = None,
-    mount: MountOpt = None,
+    mounts: MountOpt = None,
     network: NetworkOpt = None,
     rebuild: RebuildOpt = False,
     imports: Annotated[
@@ -110,26 +110,19 @@ def smoke(
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
     from gpulaunch.fsio import open_stream
     from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
-    from gpulaunch.jobs.options import check_flag_lines, check_network
-    from gpulaunch.launch.plan import RunOptions
+    from gpulaunch.jobs.options import check_flag_lines, check_options, options_from_flags
 
-    check_network(network)
-    check_flag_lines(
-        {"--gpus": gpus, "--profile": profile, "--nccl": nccl, "--numa": numa,
-         "--precision": precision, "--junit": junit}
-    )  # fmt: skip
+    rest, command = job_words(ctx, script, args)
+    # --gpus as typed (`auto` included): prepare() resolves it
+    opts = options_from_flags(locals(), args=rest, command=command)
+    check_options(opts)  # run's checks on the flags smoke shares with it
+    check_flag_lines({"--junit": junit})
     junit_path = check_output_file(junit, "--junit") if junit is not None else None
     summary = os.environ.get(SUMMARY_ENV)
     summary_path = check_output_file(summary, f"${SUMMARY_ENV}") if summary else None
-    rest, command = job_words(ctx, script, args)
     cfg, project = load_project(config, sets, write_cache=not dry_run)
     junit_to = check_junit_file(junit_path, project, force) if junit_path else None
     summary_to = check_summary_file(summary_path, project) if summary_path else None
-    opts = RunOptions(
-        script=script, args=rest, command=command, nproc=nproc, env=list(env or []),
-        mounts=list(mount or []), network=network, profile=profile, nccl=nccl, numa=numa,
-        precision=precision,
-    )  # fmt: skip
     smoke_opts = SmokeOptions(steps, timeout, grace, gpus, require_gpu, imports)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)
     job = prepare(spec, smoke_opts)  # bad flags fail here: nothing built or written yet

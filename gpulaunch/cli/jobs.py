@@ -73,7 +73,7 @@ def run(
         ),
     ] = None,
     env: EnvOpt = None,
-    mount: MountOpt = None,
+    mounts: MountOpt = None,
     allow_unsafe_mounts: UnsafeMountsOpt = False,
     network: NetworkOpt = None,
     no_container: Annotated[
@@ -133,8 +133,12 @@ def run(
     Any other command: gpulaunch run -- python -m my.module --flag
     """
     from gpulaunch.jobs.execute import JobSpec
-    from gpulaunch.jobs.options import check_flag_lines, check_options, check_price
-    from gpulaunch.launch.plan import RunOptions
+    from gpulaunch.jobs.options import (
+        check_flag_lines,
+        check_options,
+        check_price,
+        options_from_flags,
+    )
 
     check_flag_lines({"--price": price})
     check_progress(progress)
@@ -142,32 +146,7 @@ def run(
         flag = "--interactive" if interactive else "--tty"
         raise ConfigError(f"{flag}: not available with --detach")
     rest, command = job_words(ctx, script, args)
-    opts = RunOptions(
-        script=script,
-        args=rest,
-        command=command,
-        gpus=gpus,
-        nproc=nproc,
-        env=list(env or []),
-        mounts=list(mount or []),
-        network=network,
-        detach=detach,
-        profile=profile,
-        nccl=nccl,
-        nccl_ifname=nccl_ifname,
-        numa=numa,
-        precision=precision,
-        expandable_segments=expandable_segments,
-        no_container=no_container,
-        restarts=restarts,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        local_addr=local_addr,
-        image=image,
-        allow_unsafe_mounts=allow_unsafe_mounts,
-    )
+    opts = options_from_flags(locals(), args=rest, command=command)
     check_options(opts)  # the same checks `rerun` applies to a record's options
     price = check_price(price)
     cfg, project = load_project(config, sets, write_cache=not dry_run)
@@ -349,7 +328,7 @@ def shell(
     gpus: GpusOpt = None,
     profile: ProfileOpt = None,
     env: EnvOpt = None,
-    mount: MountOpt = None,
+    mounts: MountOpt = None,
     allow_unsafe_mounts: UnsafeMountsOpt = False,
     network: NetworkOpt = None,
     image: ImageOpt = None,
@@ -363,21 +342,10 @@ def shell(
     A command instead of the shell goes after `--`: gpulaunch shell -- nvidia-smi
     """
     from gpulaunch.jobs.execute import JobSpec
-    from gpulaunch.jobs.options import check_options
-    from gpulaunch.launch.plan import RunOptions
+    from gpulaunch.jobs.options import check_options, options_from_flags
 
     command: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or []) or list(DEFAULT_SHELL)
-    opts = RunOptions(
-        command=command,
-        nproc=1,  # one process, as typed: never torchrun
-        gpus=gpus,
-        env=list(env or []),
-        mounts=list(mount or []),
-        allow_unsafe_mounts=allow_unsafe_mounts,
-        network=network,
-        profile=profile,
-        image=image,
-    )
+    opts = options_from_flags(locals(), command=command, nproc=1)  # one process: no torchrun
     check_options(opts)  # run's checks: one-line flags, --network, --image, mounts, env
     cfg, project = load_project(config, sets)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild)

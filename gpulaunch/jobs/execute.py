@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from gpulaunch.launch.plan import LaunchPlan, RunOptions, plan_run, write_run_files
+from gpulaunch.launch.options import RunOptions
+from gpulaunch.launch.plan import LaunchPlan, plan_run, write_run_files
 
 PENDING_IMAGE = "(pending)"  # a container job before its build
 HOST_IMAGE = "(host)"  # a --no-container job: no image at all

@@ -12,51 +12,30 @@ import dataclasses
 from typing import Any
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.launch.options import RunOptions
 
 NPROC_MAX = 1024
 RESTARTS_MAX = 100
 
+
+def _kind(annotation: str) -> str:
+    """The kind of a RunOptions field's type: `str | None` is "str?", `list[str]` "list"."""
+    base, _, none = annotation.partition(" | ")
+    return base.removesuffix("[str]") + ("?" if none == "None" else "")
+
+
 # RunOptions field -> (the flag, its kind): what a record's `options` may hold.
 FLAGS: dict[str, tuple[str, str]] = {
-    "script": ("SCRIPT", "str?"),
-    "args": ("ARGS", "list"),
-    "command": ("-- COMMAND", "list"),
-    "gpus": ("--gpus", "str?"),
-    "nproc": ("--nproc", "int?"),
-    "env": ("--env", "list"),
-    "mounts": ("--mount", "list"),
-    "network": ("--network", "str?"),
-    "detach": ("--detach", "bool"),
-    "profile": ("--profile", "str?"),
-    "nccl": ("--nccl", "str?"),
-    "nccl_ifname": ("--nccl-ifname", "str?"),
-    "numa": ("--numa", "str?"),
-    "precision": ("--precision", "str?"),
-    "expandable_segments": ("--expandable-segments", "bool?"),
-    "no_container": ("--no-container", "bool"),
-    "restarts": ("--restarts", "int"),
-    "nnodes": ("--nnodes", "int?"),
-    "node_rank": ("--node-rank", "int?"),
-    "rdzv_endpoint": ("--rdzv-endpoint", "str?"),
-    "rdzv_id": ("--rdzv-id", "str?"),
-    "local_addr": ("--local-addr", "str?"),
-    "image": ("--image", "str?"),
-    "allow_unsafe_mounts": ("--allow-unsafe-mounts", "bool"),
+    f.name: (f.metadata["flag"], _kind(str(f.type))) for f in dataclasses.fields(RunOptions)
 }
 
-# string flags that must be one non-empty line (`run`'s check_single_line list)
-_LINE_FLAGS = (
-    "gpus",
-    "profile",
-    "nccl",
-    "nccl_ifname",
-    "numa",
-    "precision",
-    "rdzv_endpoint",
-    "rdzv_id",
-    "local_addr",
-    "image",
-)
+# string flags that must be one non-empty line: all but SCRIPT (a path, checked where it is
+# resolved) and --network (one of three words, check_network)
+_LINE_FLAGS = [
+    name
+    for name, (flag, kind) in FLAGS.items()
+    if kind == "str?" and flag.startswith("--") and name != "network"
+]
 
 
 def _typed(value: Any, kind: str) -> bool:
@@ -69,19 +48,27 @@ def _typed(value: Any, kind: str) -> bool:
         return isinstance(value, bool)
     if base == "str":
         return isinstance(value, str)
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return base == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def options_from_record(data: Any) -> Any:
+def options_from_flags(given: dict[str, Any], **fixed: Any) -> RunOptions:
+    """RunOptions from a command's parameters (its locals(), named as the fields), `fixed`
+    over them: a list is copied (None is []), a field the command has no flag for keeps its
+    default. Not checked: check_options is the check."""
+    values = {name: given[name] for name in FLAGS if name in given} | fixed
+    for name, (_, kind) in FLAGS.items():
+        if kind == "list" and name in values:
+            values[name] = list(values[name] or [])
+    return RunOptions(**values)
+
+
+def options_from_record(data: Any) -> RunOptions:
     """RunOptions from a record's `options`, each field with its flag's type; ConfigError
     (`options.FIELD (--flag): ...`) for a field no flag has or a value of the wrong type."""
-    from gpulaunch.launch.plan import RunOptions
-
     if not isinstance(data, dict):
         raise ConfigError("options: not a JSON object")
-    known = {f.name for f in dataclasses.fields(RunOptions)}
     for name in data:
-        if name not in FLAGS or name not in known:
+        if name not in FLAGS:
             raise ConfigError(f"options.{name}: no `run` flag sets it; refused")
     for name, value in data.items():
         flag, kind = FLAGS[name]
@@ -110,7 +97,7 @@ def check_network(network: str | None) -> None:
         raise ConfigError(f"--network: {network!r} is not default, host or none")
 
 
-def check_options(opts: Any) -> None:
+def check_options(opts: RunOptions) -> None:
     """What `run` refuses on its flags (exit 2, one line naming the flag), for any RunOptions."""
 
     check_flag_lines({FLAGS[name][0]: getattr(opts, name) for name in _LINE_FLAGS})

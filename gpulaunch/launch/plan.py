@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from gpulaunch.launch.flags import (
     script_command,
     single_process_warning,
 )
+from gpulaunch.launch.options import RunOptions
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
@@ -43,35 +44,6 @@ PRECISION_MODULE = "gpulaunch_precision.py"
 HOST_LIB = Path(__file__).resolve().parent / "pythonpath"
 CHECKPOINTS = "/checkpoints"
 CHECKPOINT_ENV = "GPULAUNCH_CHECKPOINT_DIR"
-
-
-@dataclass
-class RunOptions:
-    script: str | None = None
-    args: list[str] = field(default_factory=list)
-    command: list[str] = field(default_factory=list)  # after `--`: run as-is
-    gpus: str | None = None
-    nproc: int | None = None
-    env: list[str] = field(default_factory=list)
-    mounts: list[str] = field(default_factory=list)
-    network: str | None = None
-    detach: bool = False
-    profile: str | None = None
-    nccl: str | None = None
-    nccl_ifname: str | None = None
-    numa: str | None = None
-    precision: str | None = None
-    expandable_segments: bool | None = None
-    no_container: bool = False
-    restarts: int = 0  # --restarts: torchrun --max-restarts, or gpulaunch restarts the job
-    # multi-node (torchrun c10d rendezvous; host networking implied)
-    nnodes: int | None = None
-    node_rank: int | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    local_addr: str | None = None  # torchrun --local-addr: this node's address and name
-    image: str | None = None  # a pushed image to run instead of building (--image)
-    allow_unsafe_mounts: bool = False  # mounts may expose the key, engine or credentials
 
 
 @dataclass
