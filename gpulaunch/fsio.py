@@ -7,6 +7,8 @@ not followed), the final name is checked with lstat and never replaced unless it
 regular file, and whole files are written to a temp file in the same folder and renamed
 over the target (rename replaces the name; it never writes through a link).
 Streaming files (build logs) are created new with O_EXCL|O_NOFOLLOW.
+Files read from such ground (and files gpulaunch reads back) are opened by `open_regular`:
+never through a link, never a FIFO or device.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -231,33 +233,72 @@ def cache_root() -> Path:
     return root
 
 
-def read_back(path: Path, limit: int, dir_fd: int | None = None) -> bytes:
-    """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log), or
-    of a project file it reads as untrusted input (`dir_fd`: the folder `path` is relative to,
-    reached without following links).
+class NotRegular(ValueError):
+    """A name that holds no regular file to read: a symbolic link (`link`), a folder, a FIFO
+    or a device. Its text is the reason: "is a symbolic link" or "is not a regular file"."""
 
-    FileNotFoundError when there is none; ValueError saying why for anything else that is not
-    a regular file of at most `limit` bytes: a link (never followed), a folder, a FIFO or
-    device (opened non-blocking, so a planted FIFO never hangs a command), or too large.
+    def __init__(self, *, link: bool) -> None:
+        super().__init__("is a symbolic link" if link else "is not a regular file")
+        self.link = link
+
+
+def open_regular(
+    path: Path, *, dir_fd: int | None = None, follow: bool = False
+) -> tuple[int, os.stat_result]:
+    """A read-only descriptor on a regular file, and its stat: the one way gpulaunch opens a
+    file to read it (`dir_fd`: the folder `path` is relative to, from `open_dir`).
+
+    Opened non-blocking (a planted FIFO never hangs a command), without following a link
+    unless `follow` (a name the user gave), and judged by the open descriptor, so nothing can
+    be swapped in between the check and the read. FileNotFoundError when there is none;
+    NotRegular for a link or anything but a regular file; OSError (the OS's reason) else.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise NotRegular(link=True) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegular(link=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def open_dir(base: Path, names: Iterable[str]) -> int | None:
+    """The reader's walk: a descriptor for the folder base/names..., each name below `base`
+    opened without following a link (as the writer walks it); None when one is missing, a
+    link, not a folder or cannot be opened (nothing is created)."""
+    try:
+        return _open_dir(base, list(names), False, base)
+    except GpulaunchError:
+        return None
+
+
+def read_back(path: Path, limit: int, dir_fd: int | None = None, *, follow: bool = False) -> bytes:
+    """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log), or
+    of a project file it reads as untrusted input, opened by `open_regular`.
+
+    FileNotFoundError when there is none; ValueError saying why for anything else that is not
+    a regular file of at most `limit` bytes: a link (never followed unless `follow`), a
+    folder, a FIFO or device, or too large.
+    """
+    try:
+        fd, _ = open_regular(path, dir_fd=dir_fd, follow=follow)
     except FileNotFoundError:
         raise
     except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise ValueError("is a symbolic link") from None
         raise ValueError(f"cannot be read: {err.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
+        with os.fdopen(fd, "rb") as fh:
             raw = fh.read(limit + 1)
     except OSError as err:
         raise ValueError(f"cannot be read: {err.strerror}") from None
-    finally:
-        os.close(fd)
     if len(raw) > limit:
         raise ValueError(f"is larger than {limit} bytes")
     return raw

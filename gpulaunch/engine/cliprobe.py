@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -177,14 +176,10 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
 
 
 def _small_file(path: Path, limit: int = 1 << 20) -> bytes:
-    """A regular file's first MiB (a FIFO or device planted there is not waited on)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
+    """A regular file of at most a MiB (a FIFO or device planted there is not waited on)."""
+    from gpulaunch.fsio import read_back
+
+    return read_back(path, limit, follow=True)
 
 
 def _digest(disk_key: list[object]) -> str:

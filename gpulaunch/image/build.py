@@ -9,12 +9,10 @@ a source-only edit re-run nothing but the final COPY.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
 import shlex
-import stat
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -40,7 +38,7 @@ from gpulaunch.engine.context import (
 )
 from gpulaunch.engine.docker_api import MANAGED_LABEL, Engine
 from gpulaunch.errors import BuildError, ConfigError
-from gpulaunch.fsio import open_stream
+from gpulaunch.fsio import NotRegular, open_regular, open_stream
 from gpulaunch.masking import mask
 
 if TYPE_CHECKING:
@@ -150,17 +148,15 @@ def read_dockerignore(project: Path) -> str:
     """
     path = project / ".dockerignore"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, _ = open_regular(path)
     except FileNotFoundError:  # the rules init writes, the project's code folders kept
         from gpulaunch.project.layout import keep_code
 
         return keep_code(render_dockerignore(), project)[0]
+    except NotRegular as err:
+        raise ConfigError(f"{path}: cannot read: {err}" if err.link else f"{path}: {err}") from None
     except OSError as err:
-        reason = "is a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise ConfigError(f"{path}: cannot read: {reason}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{path}: is not a regular file")
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
         raw = fh.read(MAX_IGNORE_BYTES + 1)
     if len(raw) > MAX_IGNORE_BYTES:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.fsio import read_back
+from gpulaunch.fsio import open_dir, read_back
 from gpulaunch.project.model import TORCH_FAMILY, Project
 
 DATA = "import_names.yaml"
@@ -35,7 +35,6 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_FILES = 2000
 ADD_MISSING = "gpulaunch init --add-missing"
 _NAME = re.compile(r"[\w.+-]+")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 _SCRIPT_SKIP = frozenset({"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "manage.py"})
 
@@ -92,26 +91,11 @@ class _Tree:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _dir(self, parts: tuple[str, ...]) -> int | None:
-        try:
-            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        for name in parts:
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                os.close(fd)
-                return None
-            os.close(fd)
-            fd = child
-        return fd
-
     def kind(self, parts: tuple[str, ...]) -> str | None:
         """ "file", "dir", "link", "other" or None (absent, or below a link)."""
         if not parts:
             return "dir"
-        fd = self._dir(parts[:-1])
+        fd = open_dir(self.root, parts[:-1])
         if fd is None:
             return None
         try:
@@ -127,7 +111,7 @@ class _Tree:
         return "file" if stat.S_ISREG(mode) else "other"
 
     def names(self, parts: tuple[str, ...]) -> list[str]:
-        fd = self._dir(parts)
+        fd = open_dir(self.root, parts)
         if fd is None:
             return []
         try:
@@ -139,7 +123,7 @@ class _Tree:
 
     def read(self, parts: tuple[str, ...]) -> bytes:
         """The file's bytes; ValueError saying why it is not read."""
-        fd = self._dir(parts[:-1])
+        fd = open_dir(self.root, parts[:-1])
         if fd is None:
             raise ValueError("is below a link or cannot be opened")
         try:

@@ -471,29 +471,21 @@ def read_tail(path: Path, limit: int, *, follow: bool = True, shown: str | None 
     a folder (or, with `follow=False`, a symbolic link) is a ConfigError (naming `shown`)
     instead of a read that never ends, and nothing can be swapped in between a check and the
     read."""
-    import errno
     import os
-    import stat
+
+    from gpulaunch.fsio import NotRegular, open_regular
 
     shown = shown or str(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise ConfigError(f"{shown}: is a symbolic link; not read") from None
-        raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{shown}: is not a regular file; only log files are read")
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
+        fd, info = open_regular(path, follow=follow)
+        with os.fdopen(fd, "rb") as handle:
+            handle.seek(max(0, info.st_size - limit))
             return handle.read(limit).decode("utf-8", "replace")
-        except OSError as err:
-            raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
+    except NotRegular as err:
+        why = "not read" if err.link else "only log files are read"
+        raise ConfigError(f"{shown}: {err}; {why}") from None
+    except OSError as err:
+        raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
 
 
 TAIL_BYTES = 64 * 1024

@@ -18,7 +18,6 @@ warning and rerun refuses them.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import hmac
 import json
@@ -27,7 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from gpulaunch.fsio import state_dir
+from gpulaunch.fsio import NotRegular, open_regular, state_dir
 
 SEAL_FIELD = "seal"
 KEY_NAME = "record-key"
@@ -42,19 +41,17 @@ def _read_key(path: Path) -> bytes | None:
     from gpulaunch.errors import ConfigError
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, info = open_regular(path)
     except FileNotFoundError:
         return None
     except OSError as err:
-        why = (
-            "is a symbolic link" if err.errno == errno.ELOOP else f"cannot be read: {err.strerror}"
-        )
-        raise ConfigError(f"{path}: the record key {why}; {_FIX}") from None
+        raise ConfigError(
+            f"{path}: the record key cannot be read: {err.strerror}; {_FIX}"
+        ) from None
+    except NotRegular as err:
+        raise ConfigError(f"{path}: the record key {err}; {_FIX}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            why = "is not a regular file"
-        elif info.st_uid != os.geteuid():
+        if info.st_uid != os.geteuid():
             why = f"belongs to uid {info.st_uid}, not to you"
         elif stat.S_IMODE(info.st_mode) & 0o077:
             why = f"has mode {stat.S_IMODE(info.st_mode):04o}, not 0600"
