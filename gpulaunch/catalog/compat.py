@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from packaging.version import Version
 
@@ -197,25 +196,17 @@ def probe(env: Mapping[str, str]) -> HostGpus | None:
         with nvml.session(env) as lib:
             if lib is None:
                 return None
-            driver = _text(lib.nvmlSystemGetDriverVersion())
-            count = lib.nvmlDeviceGetCount()
-            handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            names = tuple(_text(lib.nvmlDeviceGetName(h)) for h in handles)
-            brands = tuple(driver_rule.brand_name(lib.nvmlDeviceGetBrand(h)) for h in handles)
-            return HostGpus(driver, names, brands, tuple(_nvml_cc(lib, h) for h in handles))
+            found = nvml.listing(lib, required={"driver", "name", "brand"}, optional={"cc"})
     except nvml.NvmlError as err:
         if err.outdated:
             raise
         # the driver refused a query: nothing is known; the dry-run's `gpus:` line says the
         # GPUs were not validated (topology discovery meets the same refusal)
         return None
-
-
-def _nvml_cc(lib: Any, handle: Any) -> str | None:
-    """NVML's compute capability of one GPU; None when the bindings predate the query or the
-    driver refuses it (the catalog's name table answers instead)."""
-    pair = nvml.query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
-    return f"{pair[0]}.{pair[1]}" if pair is not None else None
+    gpus = found.devices  # a required field is never None
+    names = tuple(str(gpu.name) for gpu in gpus)
+    brands = tuple(driver_rule.brand_name(gpu.brand) for gpu in gpus)
+    return HostGpus(found.driver, names, brands, tuple(gpu.cc for gpu in gpus))
 
 
 def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list[MatrixRow]:
@@ -250,10 +241,6 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
         return Version(row.torch), version_key(row.cuda or "0")
 
     return sorted(native, key=newest, reverse=True) + sorted(forward, key=newest, reverse=True)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def driver_verdicts(resolved: ResolvedImage, host: HostGpus) -> list[driver_rule.Verdict]:

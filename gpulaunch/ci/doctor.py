@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from gpulaunch.ci.gpus import NO_GPU_FIX, NO_RUNTIME_FIX, engine_host, runtime_error
+from gpulaunch.engine import nvml
 from gpulaunch.engine.docker_api import is_remote
 from gpulaunch.engine.podman import engine_kind
 from gpulaunch.errors import GpulaunchError
@@ -227,30 +228,14 @@ def _runtime_not_needed(checks: list[Check]) -> None:
             checks[i] = Check(check.name, WARN, detail, check.fix)
 
 
-def _nvml_gpus(env: Mapping[str, str]) -> tuple[str | None, list[dict[str, Any]]] | None:
-    from gpulaunch.catalog.driver_rule import brand_name
-    from gpulaunch.engine import nvml
-
+def _nvml_gpus(env: Mapping[str, str]) -> nvml.Listing | None:
     try:
         with nvml.session(env) as lib:
             if lib is None:
                 return None
-            driver = _text(lib.nvmlSystemGetDriverVersion())
-            gpus = []
-            for i in range(lib.nvmlDeviceGetCount()):
-                handle = lib.nvmlDeviceGetHandleByIndex(i)
-                info = nvml.query(lib, "nvmlDeviceGetMemoryInfo", handle)
-                pair = nvml.query(lib, "nvmlDeviceGetCudaComputeCapability", handle)
-                brand = nvml.query(lib, "nvmlDeviceGetBrand", handle)
-                gpus.append(
-                    {
-                        "name": _text(lib.nvmlDeviceGetName(handle)),
-                        "memory": int(info.total) if info is not None else None,
-                        "cc": f"{pair[0]}.{pair[1]}" if pair is not None else None,
-                        "brand": brand_name(brand) if brand is not None else None,
-                    }
-                )
-            return driver, gpus
+            return nvml.listing(
+                lib, required={"driver", "name"}, optional={"brand", "cc", "memory"}
+            )
     except nvml.NvmlError:
         return None
 
@@ -273,16 +258,15 @@ def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engi
     if found is None:
         checks.append(Check("NVML", WARN, "no NVML: no GPU driver seen on this host", NO_GPU_FIX))
         return None
-    driver, gpus = found
+    driver, gpus = found.driver, found.devices
     checks.append(Check("NVML", OK, f"driver {driver}, {len(gpus)} GPU(s)"))
     newest = driver_rule.driver_cuda(driver or "0") or "none"
     if resolved is None or resolved.cuda is None:
         what = "no configured image" if resolved is None else "the image is a CPU build"
         checks.append(Check("driver", OK, f"{driver}: runs CUDA {newest} and older ({what})"))
     else:
-        host = compat.HostGpus(
-            driver, tuple(g["name"] for g in gpus), tuple(g["brand"] for g in gpus)
-        )
+        names = tuple(str(g.name) for g in gpus)  # required: never None
+        host = compat.HostGpus(driver, names, tuple(driver_rule.brand_name(g.brand) for g in gpus))
         checks.append(_driver_check(resolved, host, newest))
     for index, gpu in enumerate(gpus):
         checks.append(_arch_check(index, gpu, resolved, driver))
@@ -337,13 +321,13 @@ def _fitting(resolved: Any, host: Any) -> list[Any]:
     return (same or fits)[:3]
 
 
-def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | None) -> Check:
-    from gpulaunch.catalog import compat
+def _arch_check(index: int, gpu: nvml.Device, resolved: Any, driver: str | None) -> Check:
+    from gpulaunch.catalog import compat, driver_rule
 
-    cc = gpu["cc"] or compat.gpu_compute_capability(gpu["name"])
-    memory = f", {gpu['memory'] / GIB:.0f} GiB" if gpu["memory"] else ""
+    cc = gpu.cc or compat.gpu_compute_capability(str(gpu.name))
+    memory = f", {gpu.memory / GIB:.0f} GiB" if gpu.memory else ""
     label = f"GPU {index}"
-    seen = f"{gpu['name']}{memory}, compute capability {cc or 'unknown'}"
+    seen = f"{gpu.name}{memory}, compute capability {cc or 'unknown'}"
     if cc is None:
         return Check(label, WARN, seen, "not in gpulaunch's GPU table: check the torch archs")
     if resolved is None or resolved.cuda is None:
@@ -351,7 +335,7 @@ def _arch_check(index: int, gpu: dict[str, Any], resolved: Any, driver: str | No
     build = resolved.torch_variant or f"CUDA {resolved.cuda}"
     if compat.supports_arch(resolved, cc):
         return Check(label, OK, f"{seen}: supported by the {build} build")
-    fits = _builds_for(cc, resolved.torch, driver, gpu["brand"])
+    fits = _builds_for(cc, resolved.torch, driver, driver_rule.brand_name(gpu.brand))
     return Check(
         label,
         FAIL,
@@ -447,7 +431,3 @@ def _vt(text: str) -> tuple[int, ...]:
         return tuple(int(p) for p in text.split("."))
     except ValueError:
         return (0,)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

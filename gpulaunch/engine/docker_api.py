@@ -87,6 +87,17 @@ def is_remote(host: str) -> bool:
         return True
 
 
+def remote_engine(env: Mapping[str, str]) -> str:
+    """Why the engine is not on this machine, '' when it is: its address is remote, or the
+    docker context naming it cannot be read (then its GPUs cannot be known here either).
+    ConfigError when docker would not take the address (`engine_address`)."""
+    try:
+        host = engine_address(env)
+    except EngineError as err:
+        return err.message
+    return f"the engine is remote ({host})" if is_remote(host) else ""
+
+
 class Engine:
     """Docker seam. Construct cheaply; connects on first use."""
 

@@ -1,4 +1,5 @@
-"""One way to open NVML (nvidia-ml-py), shared by topology, profiles and host checks.
+"""One way to open NVML (nvidia-ml-py) and one listing of the host's GPUs (`listing`),
+shared by topology, profiles, host checks, doctor and run records.
 
 The one policy: a session lends the bindings behind a guard, so every NVML failure a caller
 can meet is NvmlError (a driver refusing a query, or bindings too old for the function)."""
@@ -6,8 +7,9 @@ can meet is NvmlError (a driver refusing a query, or bindings too old for the fu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from gpulaunch.errors import GpulaunchError
 
@@ -63,6 +65,71 @@ def query(lib: Nvml, name: str, *args: Any) -> Any:
         return getattr(lib, name)(*args)
     except NvmlError:
         return None
+
+
+Field = Literal["driver", "name", "uuid", "brand", "cc", "memory"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU as `listing` read it: a field not asked for, or optional and unanswered, is None."""
+
+    index: int
+    handle: Any  # for the caller's own queries (topology's bus id and NUMA node)
+    name: str | None
+    uuid: str | None
+    brand: int | None  # nvmlDeviceGetBrand's enum: the catalog names it (driver_rule)
+    cc: str | None  # compute capability, "9.0"
+    memory: int | None  # total bytes
+
+
+@dataclass(frozen=True)
+class Listing:
+    driver: str | None
+    count: int  # GPUs on the host; `devices` holds those of the `indices` asked for
+    devices: tuple[Device, ...]
+
+
+def listing(
+    lib: Nvml,
+    required: Collection[Field] = (),
+    optional: Collection[Field] = (),
+    indices: Iterable[int] | None = None,
+) -> Listing:
+    """The driver and the host's GPUs (those of `indices` that exist; all by default), with
+    the fields named. A `required` field NVML cannot give is NvmlError, for the caller's
+    policy (refuse, or nothing known); an `optional` one reads as None (`query`). The GPU
+    count and handles are always required."""
+
+    def read(field: Field, function: str, convert: Callable[[Any], Any], *args: Any) -> Any:
+        if field in required:
+            value = getattr(lib, function)(*args)
+        else:
+            value = query(lib, function, *args) if field in optional else None
+        return None if value is None else convert(value)
+
+    driver = read("driver", "nvmlSystemGetDriverVersion", text)
+    count = int(lib.nvmlDeviceGetCount())
+    devices = []
+    for index in range(count) if indices is None else [i for i in indices if 0 <= i < count]:
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        devices.append(
+            Device(
+                index,
+                handle,
+                name=read("name", "nvmlDeviceGetName", text, handle),
+                uuid=read("uuid", "nvmlDeviceGetUUID", text, handle),
+                brand=read("brand", "nvmlDeviceGetBrand", lambda brand: brand, handle),
+                cc=read("cc", "nvmlDeviceGetCudaComputeCapability", "{0[0]}.{0[1]}".format, handle),
+                memory=read("memory", "nvmlDeviceGetMemoryInfo", lambda m: int(m.total), handle),
+            )
+        )
+    return Listing(driver, count, tuple(devices))
+
+
+def text(value: object) -> str:
+    """An NVML string: bytes from older bindings, str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @contextlib.contextmanager

@@ -82,7 +82,9 @@ def _trusted_topology(env: dict[str, str], request: GpuRequest) -> tuple[Topolog
     a query discovery needs refuse a GPU request: they would skip the validation on every
     run, not just on this host's odd GPU.
     """
-    remote = _remote_engine(env)
+    from gpulaunch.engine.docker_api import remote_engine
+
+    remote = remote_engine(env)
     if remote:
         return None, remote
     from gpulaunch.engine.nvml import NvmlError
@@ -99,19 +101,6 @@ def _trusted_topology(env: dict[str, str], request: GpuRequest) -> tuple[Topolog
     if topo.source == "nvml" or env.get("GPULAUNCH_SYSFS_ROOT"):
         return topo, ""
     return None, "no NVML (nvidia-ml-py not installed or no driver); sysfs alone is not trusted"
-
-
-def _remote_engine(env: dict[str, str]) -> str:
-    """Why the engine is not this machine ('' when it is): its address is remote, or the
-    docker context naming it cannot be read (then its GPUs cannot be known here either)."""
-    from gpulaunch.engine.docker_api import engine_address, is_remote
-    from gpulaunch.errors import EngineError
-
-    try:
-        host = engine_address(env)
-    except EngineError as err:
-        return err.message
-    return f"the engine is remote ({host})" if is_remote(host) else ""
 
 
 def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: str | None) -> None:
@@ -398,7 +387,9 @@ def _gpu_check(request: GpuRequest, topo: Topology | None, why: str) -> str:
 
 def check_host(config: ProjectConfig, request: GpuRequest, env: dict[str, str]) -> None:
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
-    if request.none or _remote_engine(env):
+    from gpulaunch.engine.docker_api import remote_engine
+
+    if request.none or remote_engine(env):
         return
     from gpulaunch.catalog import compat
     from gpulaunch.engine.nvml import NvmlError

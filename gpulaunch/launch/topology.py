@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulaunch.cpulist import parse_cpulist, parse_cpumask
-from gpulaunch.engine.nvml import SYSFS_ROOT_ENV, Nvml, query, session
+from gpulaunch.engine.nvml import SYSFS_ROOT_ENV, Nvml, listing, query, session, text
 from gpulaunch.textcheck import normalize_bus_id
 
 _NVIDIA_VENDOR = 0x10DE
@@ -88,9 +88,9 @@ def _discover_nvml(lib: Nvml, sysfs: Path) -> Topology:
     nodes = _read_nodes(sysfs / "devices" / "system" / "node")
     sockets = _read_sockets(sysfs / "devices" / "system" / "cpu")
     gpus: list[Gpu] = []
-    for index in range(int(lib.nvmlDeviceGetCount())):
-        handle = lib.nvmlDeviceGetHandleByIndex(index)
-        bus_id = normalize_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))
+    for device in listing(lib, optional={"name", "uuid"}).devices:
+        handle = device.handle
+        bus_id = normalize_bus_id(text(lib.nvmlDeviceGetPciInfo(handle).busId))
         dev = sysfs / "bus" / "pci" / "devices" / bus_id
         numa_node = _read_numa_node(dev) if (dev / "numa_node").is_file() else None
         if numa_node is None:
@@ -99,14 +99,12 @@ def _discover_nvml(lib: Nvml, sysfs: Path) -> Topology:
         local_cpus = _read_local_cpus(dev)
         if not local_cpus:
             local_cpus = _nvml_cpu_affinity(lib, handle)
-        uuid = query(lib, "nvmlDeviceGetUUID", handle)
-        name = query(lib, "nvmlDeviceGetName", handle)
         gpus.append(
             Gpu(
-                index=index,
+                index=device.index,
                 bus_id=bus_id,
-                uuid=_text(uuid) if uuid is not None else None,
-                name=_text(name) if name is not None else None,
+                uuid=device.uuid,
+                name=device.name,
                 numa_node=numa_node,
                 local_cpus=local_cpus,
             )
@@ -123,10 +121,6 @@ def _nvml_cpu_affinity(lib: Nvml, handle: Any) -> frozenset[int]:
     return frozenset(
         64 * i + bit for i, word in enumerate(mask) for bit in range(64) if int(word) >> bit & 1
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _read(path: Path) -> str | None:

@@ -68,42 +68,29 @@ def state_of(code: int | None) -> str:
 
 
 def _engine_is_here(env: dict[str, str]) -> bool:
-    """Whether the engine runs on this machine (its address as the engine seam reads it)."""
-    from gpulaunch.engine.docker_api import engine_address, is_remote
+    """Whether the engine runs on this machine (the engine seam's `remote_engine`); an
+    address docker would not take (ConfigError) is not this machine either."""
+    from gpulaunch.engine.docker_api import remote_engine
 
     try:
-        return not is_remote(engine_address(env))
+        return not remote_engine(env)
     except GpulaunchError:
         return False
 
 
 def _gpu_devices(indices: list[int] | None, env: dict[str, str]) -> tuple[int | None, list[Any]]:
     """(GPUs on this host, [{index, name, uuid}]) from NVML; (None, []) without it."""
-    from gpulaunch.engine.nvml import NvmlError, session
-
-    def text(value: Any) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
+    from gpulaunch.engine.nvml import NvmlError, listing, session
 
     try:
         with session(env) as nvml:
             if nvml is None:
                 return None, []
-            count = int(nvml.nvmlDeviceGetCount())
-            devices = []
-            for index in indices if indices is not None else range(count):
-                if not 0 <= index < count:
-                    continue
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                devices.append(
-                    {
-                        "index": index,
-                        "name": text(nvml.nvmlDeviceGetName(handle)),
-                        "uuid": text(nvml.nvmlDeviceGetUUID(handle)),
-                    }
-                )
-            return count, devices
+            found = listing(nvml, required={"name", "uuid"}, indices=indices)
     except NvmlError:
         return None, []
+    devices = [{"index": d.index, "name": d.name, "uuid": d.uuid} for d in found.devices]
+    return found.count, devices
 
 
 def gpu_hours(count: int | None, seconds: float | None) -> float | None:
