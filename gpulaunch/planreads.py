@@ -9,9 +9,11 @@ what the plan learned of that file is then only that the marker is absent.
 
 The record is checked by content, never by time stamps: each file read hashes the same,
 each file that lacked its marker still lacks it, each folder listed holds the same names,
-each path that was missing still is. What no audit event shows (a stat: `is_file()`) is
-covered by the tag cache, which reuses a plan only when no context entry was added, removed
-or changed kind, and no folder changed (tagcache.lookup).
+each path that was missing still is. Files are read as fsio reads project input (never
+blocking on a FIFO, at most READ_LIMIT bytes); one it cannot read so leaves no record to
+keep. What no audit event shows (a stat: `is_file()`) is covered by the tag cache, which
+reuses a plan only when no context entry was added, removed or changed kind
+(tagcache.lookup).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulaunch.fsio import read_back
+
 _EVENTS = {"open": "file", "os.listdir": "folder", "os.scandir": "folder"}
-_MISSING = None
+READ_LIMIT = 16 << 20  # a plan that read a bigger file is not kept
 STATE_DIR = ".gpulaunch"  # never read by a plan, created by the first build
 
 
@@ -98,13 +102,16 @@ class PlanReads:
 
     def still_true(self, project: Path) -> bool:
         """Whether the project still holds what the plan read."""
-        for rel, digest in self.files.items():
-            if _digest(project / rel) != digest:
-                return False
-        for rel, marker in self.lacks.items():
-            data = _read(project / rel)
-            if data is None or marker.encode() in data:
-                return False
+        try:
+            for rel, digest in self.files.items():
+                if _digest(project / rel) != digest:
+                    return False
+            for rel, marker in self.lacks.items():
+                data = _read(project / rel)
+                if data is None or marker.encode() in data:
+                    return False
+        except _Unsure:
+            return False
         return all(_listing(project / rel) == names for rel, names in self.folders.items())
 
 
@@ -112,12 +119,19 @@ def _names(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+class _Unsure(Exception):
+    """A path the record cannot vouch for: a FIFO, a folder, a link loop, a file over
+    READ_LIMIT or one that cannot be read."""
+
+
 def _read(path: Path) -> bytes | None:
+    """The file's bytes (a link followed, as the plan's readers follow it); None: missing."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return _MISSING
+        return read_back(path, READ_LIMIT, follow=True)
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):  # read_back's ValueError says why
+        raise _Unsure from None
 
 
 def _digest(path: Path) -> str | None:
@@ -140,15 +154,17 @@ class Recording:
     project: Path
     _recorder: _Recorder
 
-    def reads(self) -> PlanReads:
+    def reads(self) -> PlanReads | None:
+        """What the plan read, as it is now; None when a path cannot be vouched for."""
         rec = self._recorder
         full = sorted(rel for rel, count in rec.opened.items() if count > 0)
         lacks = {rel: marker for rel, marker in rec.lacking.items() if rec.opened[rel] <= 0}
-        return PlanReads(
-            {rel: _digest(self.project / rel) for rel in full},
-            lacks,
-            {rel: _listing(self.project / rel) for rel in sorted(rec.listed)},
-        )
+        try:
+            files = {rel: _digest(self.project / rel) for rel in full}
+        except _Unsure:
+            return None
+        listed = {rel: _listing(self.project / rel) for rel in sorted(rec.listed)}
+        return PlanReads(files, lacks, listed)
 
 
 @contextmanager

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from gpulaunch import planreads
 from gpulaunch.planreads import PlanReads, lacks, recording
 
 
@@ -95,3 +97,29 @@ def test_no_recording_records_nothing(project: Path) -> None:
         pass
     (project / "requirements.txt").read_text()  # after the recording: not seen
     assert rec.reads() == PlanReads({}, {}, {})
+
+
+def test_a_fifo_where_the_plan_found_nothing_is_no_match_and_no_hang(project: Path) -> None:
+    reads = _read_like_a_plan(project)  # setup.cfg was missing
+    os.mkfifo(project / "setup.cfg")
+    done: list[bool] = []
+    worker = threading.Thread(target=lambda: done.append(reads.still_true(project)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done == [False]
+
+
+def test_a_file_it_cannot_vouch_for_leaves_no_record(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planreads, "READ_LIMIT", 4)  # requirements.txt holds 6 bytes
+    with recording(project) as rec:
+        (project / "requirements.txt").read_text()
+    assert rec.reads() is None
+    with recording(project) as rec:
+        (project / "train.py").read_text()  # 9 bytes, read before the limit shrank below
+    monkeypatch.setattr(planreads, "READ_LIMIT", 16 << 20)
+    reads = rec.reads()
+    assert reads is not None and reads.still_true(project)
+    monkeypatch.setattr(planreads, "READ_LIMIT", 4)
+    assert not reads.still_true(project)  # now over the limit: not vouched for

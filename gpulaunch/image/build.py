@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
     from gpulaunch.image.render import ImagePlan
     from gpulaunch.image.tagcache import CachedPlan, Hit
-    from gpulaunch.planreads import Recording
+    from gpulaunch.planreads import PlanReads
 
 TAIL_LINES = 30
 MAX_IGNORE_BYTES = 1024 * 1024
@@ -243,7 +243,7 @@ class PreparedBuild:
     outputs: tuple[str, ...] = ()  # the output folders left out (tag cache: same rules)
     known: Mapping[str, str] = field(default_factory=dict, repr=False)  # content digests
     learned: dict[str, str] = field(default_factory=dict, repr=False)  # read by this hash
-    reads: Recording | None = field(default=None, repr=False)  # what a new plan read
+    reads: PlanReads | None = field(default=None, repr=False)  # what the plan read
 
 
 def prepare_build(
@@ -262,16 +262,16 @@ def prepare_build(
     from gpulaunch.project.layout import output_folders
 
     plan: ImagePlan | CachedPlan
-    reads = None
     if planned is not None:
-        plan, dockerfile = planned.plan, planned.dockerfile
+        plan, dockerfile, reads = planned.plan, planned.dockerfile, planned.reads
     else:
         from gpulaunch.image.render import plan_image, render_dockerfile
         from gpulaunch.planreads import recording
 
-        with recording(project) as reads:
+        with recording(project) as recorded:
             plan = plan_image(config, project, builder)
             dockerfile = render_dockerfile(plan, remember)
+        reads = recorded.reads() if remember else None  # right after the plan read them
     ignore = read_dockerignore(project)
     args = build_args()
     never = _never_sent(config, project, opts)
@@ -393,8 +393,7 @@ def run_build(
         if cache_key:
             ignore, never = read_dockerignore(project), _never_sent(config, project, opts)
             outputs = prepared.outputs
-            reads = prepared.reads.reads() if prepared.reads is not None else None
-            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at, reads)
+            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at)
 
     if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")

@@ -64,12 +64,14 @@ class CachedPlan:
 @dataclasses.dataclass(frozen=True)
 class Hit:
     """`tag` None: code the plan never read changed, so the plan and its Dockerfile stand
-    and only the context is hashed again."""
+    and only the context is hashed again. `reads`: what the plan read (kept again with the
+    new tag, so the next code edit reuses the plan too)."""
 
     tag: str | None
     builder: Builder
     dockerfile: str
     plan: CachedPlan
+    reads: PlanReads | None = None
 
 
 def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
@@ -169,9 +171,10 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         rules = effective_rules(user, required, never, outputs)
         entries = drop_bare_parents(scan(project, rules, published(project), required), outputs)
         now = _stats(project, entries)
+        reads = PlanReads.from_json(data.get("reads"))
         if now == data["entries"]:
             found: str | None = tag
-        elif _code_edit(data["entries"], now) and _plan_stands(project, data.get("reads")):
+        elif _code_edit(data["entries"], now) and reads is not None and reads.still_true(project):
             found = None
         else:
             return None
@@ -187,24 +190,19 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         return None
     kind: Builder = "buildkit" if builder == "buildkit" else "classic"  # checked above
     plan = CachedPlan(name, resolved, kind, tuple(required), tuple(inputs))
-    return Hit(found, kind, dockerfile, plan)
+    return Hit(found, kind, dockerfile, plan, reads)
 
 
 def _code_edit(before: object, now: list[list[Any]] | None) -> bool:
-    """Only files changed: the same entries of the same kinds, each folder as it was (a
-    file added, removed or renamed changes its folder), so every path a stat could have
-    probed is what it was."""
+    """Only files changed: the same entries in the same order and of the same kinds
+    (nothing in the context added, removed or renamed, so a stat the plan made of a context
+    path would see what it saw), and every folder or link entry as it was."""
     if now is None or not isinstance(before, list) or len(before) != len(now):
         return False
     for old, new in zip(before, now, strict=True):
         if old != new and (old[:2] != new[:2] or new[1] != "file"):
             return False
     return True
-
-
-def _plan_stands(project: Path, stored: object) -> bool:
-    reads = PlanReads.from_json(stored)
-    return reads is not None and reads.still_true(project)
 
 
 def store(
@@ -215,11 +213,10 @@ def store(
     never: Sequence[str],
     outputs: Sequence[str],
     hashed_at: float,
-    reads: PlanReads | None = None,
 ) -> None:
     """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell, and
-    what its plan read (`reads`; a plan with build secrets is never reused: their values
-    never reach a disk)."""
+    what its plan read (`prepared.reads`; a plan with build secrets is never reused: their
+    values never reach a disk)."""
     entries = list(prepared.request.entries)
     stats = _stats(project, entries)
     if stats is None:
@@ -240,8 +237,8 @@ def store(
         "resolved": _fields(prepared.plan.resolved),
         "inputs": list(prepared.plan.inputs),
     }
-    if reads is not None and not prepared.plan.secrets:
-        data["reads"] = reads.to_json()
+    if prepared.reads is not None and not prepared.plan.secrets:
+        data["reads"] = prepared.reads.to_json()
     write_cache(project / CACHE_REL, data, root=project)
 
 

@@ -279,7 +279,7 @@ def test_the_default_rules_are_part_of_the_key(
 
 
 # -- a code edit reuses the plan: what the plan read still holds --------------------------------
-def _planned(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, bool, bool]:
+def _planned(project: Path) -> tuple[str, bool, bool]:
     """(tag, whether the cache answered, whether the plan was made again) for one run_build;
     the tag is checked against a fresh prepare_build inside `_run`."""
     from gpulaunch.image import render
@@ -291,18 +291,18 @@ def _planned(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, bool,
         made.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(render, "plan_image", counting)
-    tag, cached = _run(project)
-    monkeypatch.undo()
+    render.plan_image = counting  # type: ignore[assignment]
+    try:
+        tag, cached = _run(project)
+    finally:
+        render.plan_image = real  # type: ignore[assignment]
     return tag, cached, len(made) > 1  # the last one is _run's own prepare_build
 
 
-def test_a_code_edit_reuses_the_plan_and_hashes_the_context_again(
-    project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_code_edit_reuses_the_plan_and_hashes_the_context_again(project: Path) -> None:
     first, _ = _run(project)
     (project / "train.py").write_text("print(2)  # a code edit\n")
-    tag, cached, replanned = _planned(project, monkeypatch)
+    tag, cached, replanned = _planned(project)
     assert (tag != first, cached, replanned) == (True, False, False)
     data = json.loads((project / tagcache.CACHE_REL).read_text())
     assert data["reads"]["lacks"] == {"train.py": "# /// script"}  # all the plan learned of it
@@ -321,12 +321,10 @@ def test_a_code_edit_reuses_the_plan_and_hashes_the_context_again(
     ],
     ids=["read-file", "pep723-block", "added", "renamed"],
 )
-def test_an_edit_that_may_change_the_plan_makes_it_again(
-    project: Path, monkeypatch: pytest.MonkeyPatch, change: Any
-) -> None:
+def test_an_edit_that_may_change_the_plan_makes_it_again(project: Path, change: Any) -> None:
     _run(project)
     change(project)
-    _tag, cached, replanned = _planned(project, monkeypatch)  # the tag: prepare_build's
+    _tag, cached, replanned = _planned(project)  # the tag: prepare_build's
     assert (cached, replanned) == (False, True)
 
 
@@ -338,3 +336,13 @@ def test_a_plan_with_build_secrets_is_never_kept_for_reuse(project: Path) -> Non
     _run(project)
     data = json.loads((project / tagcache.CACHE_REL).read_text())
     assert "reads" not in data and "tok3n" not in json.dumps(data)
+
+
+def test_a_reused_plan_is_kept_for_the_next_code_edit(project: Path) -> None:
+    _run(project)
+    for text in ("print(2)\n", "print(3)  # and again\n"):
+        (project / "train.py").write_text(text)
+        time.sleep(0.1)  # out of the racy window: this build's cache is stored
+        _tag, cached, replanned = _planned(project)
+        assert (cached, replanned) == (False, False)
+    assert "reads" in json.loads((project / tagcache.CACHE_REL).read_text())
