@@ -240,7 +240,7 @@ def _nvml_gpus(env: Mapping[str, str]) -> nvml.Listing | None:
         return None
 
 
-def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engine_at: str) -> Any:
+def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engine_at: str) -> None:
     from gpulaunch.catalog import compat, driver_rule
 
     if is_remote(engine_at):
@@ -253,11 +253,11 @@ def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engi
                 "run gpulaunch doctor on the engine's machine for the driver and GPU lines",
             )
         )
-        return None
+        return
     found = _nvml_gpus(env)
     if found is None:
         checks.append(Check("NVML", WARN, "no NVML: no GPU driver seen on this host", NO_GPU_FIX))
-        return None
+        return
     driver, gpus = found.driver, found.devices
     checks.append(Check("NVML", OK, f"driver {driver}, {len(gpus)} GPU(s)"))
     newest = driver_rule.driver_cuda(driver or "0") or "none"
@@ -268,9 +268,7 @@ def _gpu_checks(resolved: Any, env: Mapping[str, str], checks: list[Check], engi
         names = tuple(str(g.name) for g in gpus)  # required: never None
         host = compat.HostGpus(driver, names, tuple(driver_rule.brand_name(g.brand) for g in gpus))
         checks.append(_driver_check(resolved, host, newest))
-    for index, gpu in enumerate(gpus):
-        checks.append(_arch_check(index, gpu, resolved, driver))
-    return found
+    checks += (_arch_check(index, gpu, resolved, driver) for index, gpu in enumerate(gpus))
 
 
 def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
@@ -280,10 +278,7 @@ def _driver_check(resolved: Any, host: Any, newest: str) -> Check:
     verdicts = compat.driver_verdicts(resolved, host)
     for verdict in verdicts:  # any GPU brand refused decides, whatever the GPUs' order
         if not verdict.ok:
-            fits = [
-                f"{row.variant} (--set image.torch={row.torch} --set image.cuda={row.cuda})"
-                for row in _fitting(resolved, host)
-            ]
+            fits = [_set_args(row) for row in _fitting(resolved, host)]
             use = f", or use {'; '.join(fits)}" if fits else ""
             return Check(
                 "driver",
@@ -361,12 +356,15 @@ def _builds_for(cc: str, torch: str | None, driver: str | None, brand: str | Non
             req = driver_rule.requirement_for(row.image, row.cuda)
             if driver and req is not None and not driver_rule.host_can_run(req, driver, brand).ok:
                 continue
-            label = f"{row.variant} (--set image.torch={row.torch} --set image.cuda={row.cuda})"
             if not any(x.startswith(row.variant + " ") for x in out):
-                out.append(label)
+                out.append(_set_args(row))
         if out:
             break
     return out[:3]
+
+
+def _set_args(row: Any) -> str:
+    return f"{row.variant} (--set image.torch={row.torch} --set image.cuda={row.cuda})"
 
 
 # -- host resources ----------------------------------------------------------------------

@@ -29,29 +29,30 @@ def runtime_error(engine: Any, image: str, project: str) -> str | None:
     """None when the engine starts a container of `image` with every GPU requested, else why
     not (the engine's own reason). Any start failure other than the device driver (say the
     image has no `true`) happens after the driver was selected, so it proves the runtime."""
-    from gpulaunch.engine.runspec import RunPlan, base_labels, create_body, new_run_id
+    from gpulaunch.engine.runspec import base_labels, new_run_id
 
     run_id = new_run_id()
-    plan = RunPlan(
-        image=image,
-        name=f"gl-{project.replace('/', '-')}-{run_id}{PROBE_SUFFIX}",
-        command=["true"],
-        env={},
-        mounts=[],
-        user=f"{os.getuid()}:{os.getgid()}",
-        gpus="all",
-        labels=base_labels(project, run_id),
-        network="none",
-        ulimits={},
-    )
+    name = f"gl-{project.replace('/', '-')}-{run_id}{PROBE_SUFFIX}"
     try:
-        container = engine.create_container(create_body(plan))
+        labels = base_labels(project, run_id)
+        container = throwaway(engine, image, name, ["true"], gpus="all", labels=labels)
     except EngineError as err:
         if "NVIDIA" in err.message or "device driver" in err.message:
             return err.message
         return None
     engine.discard(container)
     return None
+
+
+def throwaway(engine: Any, image: str, name: str, command: list[str], **plan: Any) -> Any:
+    """A container of `image` made (not started) to run `command` as this user, with no
+    network, mount or environment of a job's; `plan`: its GPUs, labels and other RunPlan
+    settings. The caller discards it."""
+    from gpulaunch.engine.runspec import RunPlan, create_body
+
+    user = f"{os.getuid()}:{os.getgid()}"
+    body = RunPlan(image, name, command, {}, [], user, network="none", ulimits={}, **plan)
+    return engine.create_container(create_body(body))
 
 
 def engine_host(engine: Any, env: Mapping[str, str]) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,35 @@ for module, where, dist in checks:
 print("%s %s" % (MARK, json.dumps({"checked": len(checks), "failed": failed})), flush=True)
 sys.exit(1 if failed else 0)
 """.replace("MARK", repr(IMPORTS_MARK))
+
+
+Checks = list[tuple[str, str, str]]  # (module, file:line, distribution to suggest)
+
+
+def import_checks(required: Any) -> Checks:
+    """What IMPORT_PROGRAM is given for init's `required()` imports."""
+    from gpulaunch.project.imports import load_table
+
+    table = load_table()
+    return [(i.module, i.where, table.candidates(i.module)[0]) for i in required]
+
+
+def import_command(checks: Checks) -> list[str]:
+    return ["python", "-c", IMPORT_PROGRAM, json.dumps(checks)]
+
+
+def failed_imports(lines: list[str], checks: Checks) -> list[str] | None:
+    """The modules asked about that the program's own summary (its last marked line) names;
+    None when there is no summary. A module's import may print anything before it, and a
+    module it was not asked about does not count."""
+    marked = [line for line in lines if line.startswith(IMPORTS_MARK)]
+    try:
+        named = json.loads(marked[-1].removeprefix(IMPORTS_MARK))["failed"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(named, list):
+        return None
+    return [module for module, _, _ in checks if module in named]
 
 
 @dataclass
@@ -92,27 +120,17 @@ def check_image(
     if key is not None and key in _passed():
         return ImportCheck(found.entries, len(required), remembered=True)
 
+    from gpulaunch.ci.gpus import throwaway
     from gpulaunch.engine.docker_api import PROJECT_LABEL
-    from gpulaunch.engine.runspec import RunPlan, create_body, new_run_id
-    from gpulaunch.project.imports import load_table
+    from gpulaunch.engine.runspec import new_run_id
 
-    table = load_table()
-    checks = [(i.module, i.where, table.candidates(i.module)[0]) for i in required]
-    plan = RunPlan(
-        image=image,
-        name=f"gl-{project_name.replace('/', '-')}-{new_run_id()}-imports",
-        command=["python", "-c", IMPORT_PROGRAM, json.dumps(checks)],
-        env={},
-        mounts=[],
-        user=f"{os.getuid()}:{os.getgid()}",
-        gpus=0,
-        labels={PROJECT_LABEL: project_name},
-        ipc=None,
-        ulimits={},
-        network="none",
-    )
+    checks = import_checks(required)
+    name = f"gl-{project_name.replace('/', '-')}-{new_run_id()}-imports"
+    labels = {PROJECT_LABEL: project_name}
     began = time.monotonic()
-    container = engine.create_container(create_body(plan))
+    container = throwaway(
+        engine, image, name, import_command(checks), gpus=0, labels=labels, ipc=None
+    )
     timer = threading.Timer(TIMEOUT_S, _kill, (container,))
     timer.start()
     try:
@@ -122,14 +140,12 @@ def check_image(
         timer.cancel()
         engine.discard(container)
     result = ImportCheck(found.entries, len(checks), seconds=time.monotonic() - began)
-    marked = [line for line in output.splitlines() if line.startswith(IMPORTS_MARK)]
-    try:  # the program's own last line; a module's import may print anything before it
-        named = json.loads(marked[-1].removeprefix(IMPORTS_MARK))["failed"]
-    except (IndexError, ValueError, KeyError, TypeError):
+    named = failed_imports(output.splitlines(), checks)
+    if named is None:
         result.finished = False
         return result
     for module, where, _ in checks:
-        if isinstance(named, list) and module in named:
+        if module in named:
             said = f"{where}: import {module} failed in the image:"
             lines = (x for x in output.splitlines() if x.startswith(said) and x.isprintable())
             result.failed.append(next(lines, said))

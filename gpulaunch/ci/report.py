@@ -42,7 +42,7 @@ def check_output_file(value: str, flag: str) -> Path:
     parent = path.absolute().parent
     if not parent.is_dir():
         raise ConfigError(f"{flag}: folder {parent} does not exist")
-    if path.is_symlink() or (path.exists() and not path.is_file()):
+    if _not_regular(path):
         raise ConfigError(f"{flag}: {value} is not a regular file; refusing to replace it")
     return path
 
@@ -134,11 +134,14 @@ def check_summary_file(path: Path, project: Path) -> Path:
             f"{flag}: {path} is inside the project ({target.root}); the step summary is "
             "appended only to a file outside it"
         )
-    if os.path.islink(target.path) or (
-        os.path.lexists(target.path) and not os.path.isfile(target.path)
-    ):
+    if _not_regular(target.path):
         raise ConfigError(f"{flag}: {path} is not a regular file; refusing to append to it")
     return target.path
+
+
+def _not_regular(path: Path) -> bool:
+    """Something is there, and it is not a regular file (a link, a folder, a FIFO)."""
+    return os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode)
 
 
 def _is_junit(path: Path) -> bool:

@@ -12,7 +12,6 @@ gets its JUnit file; bad input before the plan is raised as it is (nothing writt
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import shlex
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
 
 from gpulaunch.ci.gpus import choose_gpus
-from gpulaunch.ci.imports import IMPORT_PROGRAM, IMPORTS_MARK
+from gpulaunch.ci.imports import Checks, failed_imports, import_checks, import_command
 from gpulaunch.engine.supervise import StopRequest
 from gpulaunch.errors import ConfigError, ExitCode, GpulaunchError
 from gpulaunch.jobs.execute import Job, JobIO, JobSpec, Observer, Start, plan_job, start_job
@@ -47,8 +46,7 @@ class SmokeOptions:
     gpus: str = "auto"  # --gpus as given: "auto" or what `run --gpus` takes
     require_gpu: bool = False
     imports: bool = False  # --imports: import the entry's third-party modules, nothing else
-    # set by prepare() with --imports: (module, file:line, distribution to suggest)
-    checks: list[tuple[str, str, str]] = field(default_factory=list)
+    checks: Checks = field(default_factory=list)  # set by prepare() with --imports
     entry: str = ""  # the entry point whose imports are checked
 
 
@@ -222,18 +220,17 @@ def _import_check(spec: JobSpec, opts: SmokeOptions) -> None:
     """Replace the job's command by the import check of its entry point (the script, or the
     FILE / -m MODULE of `-- python ...` or `-- torchrun ...`): the same image, mounts and
     environment, no training."""
-    from gpulaunch.project.imports import load_table, walk
+    from gpulaunch.project.imports import walk
     from gpulaunch.project.pythonpath import import_paths
 
     run = spec.opts
     project = spec.project
     files, modules = _entry_of(run.script, run.command, project, spec.cwd)
     found = walk(project, files, modules, paths=import_paths(project, spec.cfg.image.requirements))
-    table = load_table()
     opts.entry = ", ".join(found.entries)
-    opts.checks = [(i.module, i.where, table.candidates(i.module)[0]) for i in found.required()]
+    opts.checks = import_checks(found.required())
     run.script, run.args = None, []
-    run.command = ["python", "-c", IMPORT_PROGRAM, json.dumps(opts.checks)]
+    run.command = import_command(opts.checks)
 
 
 def _entry_of(
@@ -374,35 +371,22 @@ def run_smoke(
 def _import_result(result: SmokeResult, opts: SmokeOptions, capture: _Capture) -> None:
     """The check's own summary line: a failed module counts only when it was one asked
     about (the line comes from the job's output, which the image's code can write to)."""
-    asked = [module for module, _, _ in opts.checks]
-    failed: list[str] | None = None
     with capture.lock:
-        lines = list(capture.kept)
-    for line in reversed(lines):
-        if line.startswith(IMPORTS_MARK):
-            try:
-                data = json.loads(line.removeprefix(IMPORTS_MARK))
-            except ValueError:
-                break
-            named = data.get("failed") if isinstance(data, dict) else None
-            if isinstance(named, list):
-                failed = [m for m in asked if m in named]
-            break
+        failed = failed_imports(list(capture.kept), opts.checks)
+    count = len(opts.checks)
+    result.imports = {"checked": count, "failed": failed}
     if failed is None:
         if result.outcome == "passed":  # exit 0 without the summary: not the check's run
             result.outcome, result.exit_code = "failed", int(ExitCode.FAILURE)
         result.message = "the import check did not finish" + (
             f" ({result.message})" if result.message else ""
         )
-        result.imports = {"checked": len(asked), "failed": None}
-        return
-    result.imports = {"checked": len(asked), "failed": failed}
-    if failed:
+    elif failed:
         result.message = (
-            f"{len(failed)} of {len(asked)} imports failed in the image: {', '.join(failed)}"
+            f"{len(failed)} of {count} imports failed in the image: {', '.join(failed)}"
         )
     elif result.outcome == "passed":
-        result.message = f"all {len(asked)} third-party imports of {opts.entry} work in the image"
+        result.message = f"all {count} third-party imports of {opts.entry} work in the image"
 
 
 def _versions(build: Any) -> dict[str, str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -388,8 +389,8 @@ def _fill(sig: Signature, evidence: Evidence, match: re.Match[str] | None) -> Ex
             fix = sig.fix_own_package
     elif sig.detail:
         extra = _DETAILS[sig.detail](evidence)
-    cause = sig.cause.format(**{k: v or "?" for k, v in values.items()})
-    fix = fix.format(**{k: v or "?" for k, v in values.items()})
+    shown = {k: v or "?" for k, v in values.items()}
+    cause, fix = sig.cause.format(**shown), fix.format(**shown)
     if extra:
         fix = f"{fix}; {extra}"
     return Explanation(sig.id, cause, fix, sig.doc, line)
@@ -464,31 +465,28 @@ _DETAILS: dict[str, Callable[[Evidence], str | None]] = {
 }
 
 
-def read_tail(path: Path, limit: int, *, follow: bool = True, shown: str | None = None) -> str:
-    """The last `limit` bytes of a regular file, as text (a log can be far larger than memory).
+TAIL_BYTES = 64 * 1024
+
+
+def _read_log(path: Path, target: str, *, follow: bool = True) -> str:
+    """The log's last TAIL_BYTES, as text (a log can be far larger than memory).
 
     Opened without blocking and judged by the open descriptor, not the name: a FIFO, a device,
-    a folder (or, with `follow=False`, a symbolic link) is a ConfigError (naming `shown`)
-    instead of a read that never ends, and nothing can be swapped in between a check and the
-    read."""
-    import os
-
+    a folder (or, with `follow=False`, a symbolic link) is a ConfigError instead of a read
+    that never ends, and nothing can be swapped in between a check and the read."""
     from gpulaunch.fsio import NotRegular, open_regular
 
-    shown = shown or str(path)
+    shown = f"RUN_ID|LOGFILE: {target}"
     try:
         fd, info = open_regular(path, follow=follow)
         with os.fdopen(fd, "rb") as handle:
-            handle.seek(max(0, info.st_size - limit))
-            return handle.read(limit).decode("utf-8", "replace")
+            handle.seek(max(0, info.st_size - TAIL_BYTES))
+            return handle.read(TAIL_BYTES).decode("utf-8", "replace")
     except NotRegular as err:
         why = "not read" if err.link else "only log files are read"
         raise ConfigError(f"{shown}: {err}; {why}") from None
     except OSError as err:
         raise ConfigError(f"{shown}: cannot read: {err.strerror}") from None
-
-
-TAIL_BYTES = 64 * 1024
 
 
 def explain_target(
@@ -499,8 +497,6 @@ def explain_target(
     A run id (the project found from `project()`) gives the recorded explanation, else its
     smoke log's (in the job-writable project, so never through a link); anything else is a
     regular file. ConfigError when it is neither."""
-    import os
-
     from gpulaunch.records.store import is_run_id, load
 
     env = dict(os.environ)  # NVML: the GPU facts of a fix are this host's
@@ -522,7 +518,3 @@ def explain_target(
         evidence = Evidence(_read_log(path, target), project=cwd, env=env)
     found = explain(evidence)
     return (None if found is None else found.to_json()), str(path)
-
-
-def _read_log(path: Path, target: str, *, follow: bool = True) -> str:
-    return read_tail(path, TAIL_BYTES, follow=follow, shown=f"RUN_ID|LOGFILE: {target}")

@@ -46,13 +46,9 @@ def select(
     records: list[RunRecord], limit: int | None = None, since: datetime | None = None
 ) -> list[RunRecord]:
     """Newest first; those started at or after `since`; at most `limit`."""
-    chosen = []
-    for record in records:
-        started = parse_time(record.started_at)
-        if since is not None and (started is None or started < since):
-            continue
-        chosen.append(record)
-    return chosen if limit is None else chosen[:limit]
+    if since is not None:
+        records = [r for r in records if (t := parse_time(r.started_at)) and t >= since]
+    return records[:limit]
 
 
 def _number(value: Any) -> float:
@@ -60,9 +56,8 @@ def _number(value: Any) -> float:
 
 
 def totals(records: list[RunRecord]) -> Totals:
-    costs = [r.cost for r in records if isinstance(r.cost, str)]
     total_cost: Decimal | None = None
-    for item in costs:
+    for item in (r.cost for r in records if isinstance(r.cost, str)):
         try:
             value = Decimal(item)
         except ArithmeticError:

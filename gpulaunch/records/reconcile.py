@@ -57,7 +57,10 @@ def _launcher_alive(record: RunRecord) -> bool:
 
 
 def complete_from_container(record: RunRecord, container: Any) -> bool:
-    """Complete `record` from an exited container's state; False while it still runs."""
+    """Complete `record` from an exited container's state (read afresh when the engine
+    answers); False while it still runs."""
+    with contextlib.suppress(GpulaunchError):
+        container.reload()
     attrs = getattr(container, "attrs", None) or {}
     state = attrs.get("State") or {}
     if state.get("Running") or state.get("Restarting") or state.get("Status") == "created":
@@ -95,19 +98,14 @@ def reconcile(project: Path, engine: Any, warn: Warn) -> list[RunRecord]:
 
 
 def _reconcile_one(project: Path, record: RunRecord, engine: Any, warn: Warn) -> None:
-    if record.mode == "host":
-        record.state = "lost"  # its launcher is gone, and with it the process tree
-        save(project, record, warn)
-        return
     name = record.container
-    container = engine.find_leftover(name, record.id) if isinstance(name, str) else None
+    container = None
+    if record.mode != "host" and isinstance(name, str):  # host: the launcher took the job along
+        container = engine.find_leftover(name, record.id)
     if container is None:
         record.state = "lost"
-    else:
-        with contextlib.suppress(GpulaunchError):
-            container.reload()
-        if not complete_from_container(record, container):
-            return
+    elif not complete_from_container(record, container):
+        return
     save(project, record, warn)
 
 
@@ -134,9 +132,5 @@ def finish_container(container: Any, run_id: str | None, warn: Warn) -> None:
     except ValueError as err:
         warn(f"warning: skipped {path}: {err}")
         return
-    if record.state != "running":
-        return
-    with contextlib.suppress(GpulaunchError):
-        container.reload()
-    if complete_from_container(record, container):
+    if record.state == "running" and complete_from_container(record, container):
         save(project, record, warn)

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -114,11 +115,11 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
     return round(max(0.0, (end - start).total_seconds()), 1)
 
 
-def complete(record: RunRecord, code: int | None, ended: str | None, state: str = "") -> None:
+def complete(record: RunRecord, code: int | None, ended: str | None) -> None:
     """Fill the end of a record: exit code or signal, duration, GPU-hours and cost."""
     record.exit_code = code
     record.signal = signal_name(code)
-    record.state = state or state_of(code)
+    record.state = state_of(code)
     record.ended_at = ended
     if record.duration_s is None:
         record.duration_s = seconds_between(parse_time(record.started_at), parse_time(ended))
@@ -206,38 +207,26 @@ def new_record(job: Any, kind: str, price: str | None, env: dict[str, str]) -> R
     )
 
 
-def _quiet(_message: str) -> None:
-    """A warning already given."""
-
-
+@dataclass(eq=False, repr=False)
 class RunRecorder:
     """The records observer: `.gpulaunch/runs/<id>.json` at start (running) and at the end.
 
     It never fails a job: a record that cannot be written is a warning.
     """
 
-    def __init__(
-        self,
-        warn: Warn,
-        *,
-        price: str | None = None,
-        kind: str = "run",
-        rerun_of: str | None = None,
-        metrics: bool = True,
-        on_sample: Callable[[list[Any]], None] | None = None,
-        interval: float = 2.0,
-    ) -> None:
-        self.warn = warn
-        self.price = price
-        self.kind = kind
-        self.rerun_of = rerun_of
-        self.metrics = metrics
-        self.on_sample = on_sample
-        self.interval = interval
-        self.record: RunRecord | None = None
-        self.sampler: Any = None
-        self._t0 = 0.0
-        self._unwritten = False  # the start's save failed and said so: the end's says nothing
+    warn: Warn
+    _: KW_ONLY
+    price: str | None = None
+    kind: str = "run"
+    rerun_of: str | None = None
+    metrics: bool = True
+    on_sample: Callable[[list[Any]], None] | None = None
+    interval: float = 2.0
+    record: RunRecord | None = field(default=None, init=False)
+    sampler: Any = field(default=None, init=False)
+    _t0: float = field(default=0.0, init=False)
+    # the start's save failed and said so: the end's says nothing
+    _unwritten: bool = field(default=False, init=False)
 
     def started(self, job: Any) -> None:
         self._t0 = time.monotonic()
@@ -279,4 +268,5 @@ class RunRecorder:
         if explanation is not None:  # data-file text and a masked line: no raw output
             record.explanation = explanation.to_json()
         complete(record, job.code, utc_now())
-        save(job.spec.project, record, _quiet if self._unwritten else self.warn)
+        quiet = self._unwritten  # the warning was given at the start
+        save(job.spec.project, record, (lambda _m: None) if quiet else self.warn)
