@@ -75,16 +75,14 @@ def export_slurm(
     spec = build_spec(config, project, cwd, opts, "(host)")  # bad flags fail first
     image = "(host)"
     if slurm.container != "none":
-        if opts.image or config.launch.image:
-            image = cluster_image(opts.image, config.launch.image, "", project, "export slurm")
-        else:
-            tag = local_tag(config, project, config_file)
-            try:
-                image = cluster_image(None, None, tag, project, "export slurm")
-            except ConfigError:
-                if slurm.container != "docker" or opts.nodes > 1:
-                    raise
-                image = tag  # one node with docker: this machine's own engine has it
+        given = opts.image or config.launch.image
+        tag = "" if given else local_tag(config, project, config_file)
+        try:
+            image = cluster_image(opts.image, config.launch.image, tag, project, "export slurm")
+        except ConfigError:
+            if given or slurm.container != "docker" or opts.nodes > 1:
+                raise
+            image = tag  # one node with docker: this machine's own engine has it
     spec = replace(spec, image=image)
     return Exported(render_sbatch(spec, slurm, project), spec.warnings, image)
 
@@ -129,6 +127,6 @@ def push_image(
             f"push to {ref.repository}:{tag}: the engine reported {digest or 'no digest'}, "
             f"the registry {reported or 'none'}"
         )
-    pinned = ref.pinned(digest)
+    pinned = f"{ref.repository}@{digest}"  # what a cluster should pull
     write_push_record(project, local, pinned)
     return Pushed(pinned, f"{ref.repository}:{tag}", digest)

@@ -42,10 +42,6 @@ class ImageRef:
         out = self.repository + (f":{self.tag}" if self.tag else "")
         return out + (f"@{self.digest}" if self.digest else "")
 
-    def pinned(self, digest: str) -> str:
-        """repository@digest: what a cluster should pull."""
-        return f"{self.repository}@{digest}"
-
 
 def parse_ref(text: str, where: str) -> ImageRef:
     """Docker's reference grammar; a first part with `.` or `:` (or localhost) is a registry."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.export.lint import INDEX_ANNOTATION, lint_manifests
@@ -18,7 +18,7 @@ from gpulaunch.export.spec import RDZV_PORT, ExportSpec, k8s_quantity
 from gpulaunch.launch.plan import CHECKPOINTS
 
 Kind = Literal["job", "jobset", "pytorchjob"]
-KINDS: tuple[str, ...] = ("job", "jobset", "pytorchjob")
+KINDS: tuple[str, ...] = get_args(Kind)
 GPU_RESOURCE = "nvidia.com/gpu"
 PYTORCHJOB_PORT = 23456  # the operator's default, on a port named pytorchjob-port
 JOBSET_REPLICATED_JOB = "node"
@@ -145,11 +145,10 @@ def restart_policy(spec: ExportSpec, kind: Kind) -> str:
 
 
 def render_docs(spec: ExportSpec, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The manifests as data, checked by our own lint (a failure is a ConfigError)."""
+    """The manifests as data, checked by our own lint (a failure is a ConfigError). `kind` is
+    one of KINDS (export_k8s checks --kind)."""
     import yaml
 
-    if kind not in KINDS:
-        raise ConfigError(f"--kind: {kind!r} is not one of {', '.join(KINDS)}")
     env = container_environment()
     ctx = pod_context(spec, kind)  # type: ignore[arg-type]
     pod = yaml.safe_load(env.get_template("k8s/pod.yaml.j2").render(**ctx))

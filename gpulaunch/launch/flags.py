@@ -13,6 +13,7 @@ from typing import Any
 
 from gpulaunch.engine.runspec import WORKSPACE, Mount
 from gpulaunch.errors import ConfigError
+from gpulaunch.launch.options import RunOptions
 from gpulaunch.textcheck import ascii_int, env_item, single_line, split_mount
 
 
@@ -97,7 +98,7 @@ def script_command(
     if nproc != 1:  # 0: one per GPU, their count known only where the job runs
         return ["torchrun", "--standalone", "--nproc-per-node", str(nproc or "gpu"), *worker]
     plain = ["python", *worker]
-    if _starts_its_own_group(path):
+    if "init_process_group(" in (_script_text(path) or ""):
         return ["env", *(f"{name}={value}" for name, value in ONE_RANK_ENV), *plain]
     return plain
 
@@ -114,11 +115,12 @@ def project_script(script: str, project: Path, cwd: Path, where: str) -> tuple[P
         raise ConfigError(f"{where}: {script!r} is outside the project {project}") from None
 
 
-def _starts_its_own_group(script: Path) -> bool:
+def _script_text(script: Path) -> str | None:
+    """What the script says, for the two guesses below; None when it cannot be read."""
     try:
-        return "init_process_group(" in script.read_text(encoding="utf-8", errors="replace")
+        return script.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return None
 
 
 def module_command(command: list[str], nproc: int) -> list[str]:
@@ -149,13 +151,8 @@ _DISTRIBUTED_SIGNS = (
 def single_process_warning(script: Path, nproc: int) -> str | None:
     """A warning when several processes would start a script that shows no sign of
     distributed use: each would run the whole script as an identical copy."""
-    if nproc <= 1:
-        return None
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    if any(sign in text for sign in _DISTRIBUTED_SIGNS):
+    text = _script_text(script) if nproc > 1 else None
+    if text is None or any(sign in text for sign in _DISTRIBUTED_SIGNS):
         return None
     return (
         f"{script.name} shows no sign of distributed use (torch.distributed, LOCAL_RANK, "
@@ -199,33 +196,33 @@ def parse_local_addr(value: str) -> str:
     return value
 
 
-def rdzv_options(
-    nnodes: int,
-    node_rank: int | None,
-    endpoint: str | None,
-    rdzv_id: str | None,
-    default_id: str,
-    local_addr: str | None = None,
-) -> list[str]:
-    """torchrun's c10d rendezvous options for `run --nnodes N` (checked: exit 2 naming the flag)."""
+def rdzv_options(opts: RunOptions, default_id: str) -> list[str] | None:
+    """torchrun's c10d rendezvous options for `run --nnodes N` (checked: exit 2 naming the
+    flag); None for a run on one node."""
+    nnodes, node_rank = opts.nnodes, opts.node_rank
+    multi = (node_rank, opts.rdzv_endpoint, opts.rdzv_id, opts.local_addr)
+    if nnodes is None:
+        if any(v is not None for v in multi):
+            raise ConfigError("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr: need --nnodes N")
+        return None
     if not 1 <= nnodes <= MAX_NODES:
         raise ConfigError(f"--nnodes: {nnodes} is not between 1 and {MAX_NODES}")
     if node_rank is not None and not 0 <= node_rank < nnodes:
         raise ConfigError(f"--node-rank: {node_rank} is not below --nnodes {nnodes} (0-based)")
-    if endpoint is None:
+    if opts.rdzv_endpoint is None:
         raise ConfigError(
             "--rdzv-endpoint: required with --nnodes (HOST:PORT of the first node, same on all)"
         )
-    host, port = parse_endpoint(endpoint)
-    ident = rdzv_id or default_id
+    host, port = parse_endpoint(opts.rdzv_endpoint)
+    ident = opts.rdzv_id or default_id
     if not _RDZV_ID.fullmatch(ident):
         raise ConfigError(f"--rdzv-id: {ident!r} must be letters, digits, _ . - (at most 128)")
     argv = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d"]
     argv += ["--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", ident]
     if node_rank is not None:
         argv += ["--node-rank", str(node_rank)]
-    if local_addr is not None:  # the node's name in the rendezvous (default: its FQDN)
-        argv += ["--local-addr", parse_local_addr(local_addr)]
+    if opts.local_addr is not None:  # the node's name in the rendezvous (default: its FQDN)
+        argv += ["--local-addr", parse_local_addr(opts.local_addr)]
     return argv
 
 

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import json
 import os
 import platform
 import sys
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 PLAN_ENV = "GPULAUNCH_NUMA_PLAN"
 VERBOSE_ENV = "GPULAUNCH_NUMA_VERBOSE"
@@ -59,14 +61,13 @@ class PlanError(Exception):
     """The plan or LOCAL_RANK is malformed: a gpulaunch bug or a hand-edited plan."""
 
 
-class Binding:
+class Binding(NamedTuple):
     """One rank's entry of the plan, validated."""
 
-    def __init__(self, rank: int, gpu: object, cpus: list[int], mems: list[int]) -> None:
-        self.rank = rank
-        self.gpu = gpu
-        self.cpus = cpus
-        self.mems = mems
+    rank: int
+    gpu: object
+    cpus: list[int]
+    mems: list[int]
 
 
 def main(argv: list[str]) -> int:
@@ -259,15 +260,11 @@ def _parse_cpulist(text: str, where: str) -> list[int]:
 
 
 def _fmt(numbers: Iterable[int]) -> str:
-    items = sorted(set(numbers))
+    """[0, 1, 2, 3, 8] -> "0-3,8": consecutive numbers share their distance from their index."""
     parts = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        parts.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
+    for _, run in itertools.groupby(enumerate(sorted(set(numbers))), lambda p: p[1] - p[0]):
+        items = [n for _, n in run]
+        parts.append(str(items[0]) if len(items) == 1 else f"{items[0]}-{items[-1]}")
     return ",".join(parts)
 
 

@@ -14,27 +14,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpulaunch.cpulist import parse_cpulist
+from gpulaunch.engine.docker_api import remote_engine
+from gpulaunch.engine.nvml import NvmlError
 from gpulaunch.engine.runspec import NGC_ULIMITS, WORKSPACE, Mount, RunPlan, base_labels, new_run_id
 from gpulaunch.errors import ConfigError, TopologyError
+from gpulaunch.fsio import make_dirs
 from gpulaunch.gpurequest import GpuRequest
-from gpulaunch.launch.exposure import STATE_IN_PROJECT
+from gpulaunch.launch.exposure import STATE_IN_PROJECT, guard
 from gpulaunch.launch.flags import (
     host_paths,
     host_python,
     module_command,
     parse_env_flags,
     parse_mount,
+    rdzv_options,
     script_command,
     single_process_warning,
 )
+from gpulaunch.launch.numa import MODES, NumaPlan, numa_bind_script, plan_numa, select_gpus
 from gpulaunch.launch.options import RunOptions
+from gpulaunch.launch.topology import Topology, discover
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
     from gpulaunch.image.build import PreparedBuild
-    from gpulaunch.launch.numa import NumaPlan
     from gpulaunch.launch.profiles import ResolvedLaunch
-    from gpulaunch.launch.topology import Topology
 
 CONTAINER_LIB = "/opt/gpulaunch/lib"
 CONTAINER_NUMA_BIND = "/opt/gpulaunch/bin/numa_bind.py"
@@ -82,13 +87,9 @@ def _trusted_topology(env: dict[str, str], request: GpuRequest) -> tuple[Topolog
     a query discovery needs refuse a GPU request: they would skip the validation on every
     run, not just on this host's odd GPU.
     """
-    from gpulaunch.engine.docker_api import remote_engine
-
     remote = remote_engine(env)
     if remote:
         return None, remote
-    from gpulaunch.engine.nvml import NvmlError
-    from gpulaunch.launch.topology import discover
 
     try:
         topo = discover(env)
@@ -104,22 +105,17 @@ def _trusted_topology(env: dict[str, str], request: GpuRequest) -> tuple[Topolog
 
 
 def _apply_docker_options(plan: RunPlan, launch: ResolvedLaunch, cli_network: str | None) -> None:
-    docker = {key: item.value for key, item in launch.docker.items()}
-    if docker.get("ipc"):
-        plan.ipc = str(docker["ipc"])
-    if docker.get("shm_size"):
-        plan.shm_size = str(docker["shm_size"])
-        if plan.ipc == "host":
-            plan.ipc = None  # a private /dev/shm of that size instead of the host's
-    if docker.get("memory"):
-        plan.memory = str(docker["memory"])
-    if docker.get("network") and not cli_network and plan.network is None:
+    docker = {key: item.value for key, item in launch.docker.items() if item.value}
+    for key in ("ipc", "shm_size", "memory", "cpuset_cpus"):
+        if key in docker:
+            setattr(plan, key, str(docker[key]))
+    if "shm_size" in docker and plan.ipc == "host":
+        plan.ipc = None  # a private /dev/shm of that size instead of the host's
+    if "network" in docker and not cli_network and plan.network is None:
         plan.network = str(docker["network"])
-    plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add") or []))
-    plan.devices = sorted(set(plan.devices) | set(docker.get("devices") or []))
-    plan.ulimits = {**NGC_ULIMITS, **dict(docker.get("ulimits") or {})}
-    if docker.get("cpuset_cpus"):
-        plan.cpuset_cpus = str(docker["cpuset_cpus"])
+    plan.cap_add = sorted(set(plan.cap_add) | set(docker.get("cap_add", [])))
+    plan.devices = sorted(set(plan.devices) | set(docker.get("devices", [])))
+    plan.ulimits = {**NGC_ULIMITS, **docker.get("ulimits", {})}
 
 
 def plan_run(
@@ -133,8 +129,6 @@ def plan_run(
 ) -> LaunchPlan:
     """The launch plan; `mount_project=False` runs the image's own copy of the code at
     /workspace (rerun of a recorded run) instead of mounting today's tree over it."""
-    from gpulaunch.cpulist import parse_cpulist
-    from gpulaunch.launch.numa import MODES, plan_numa, select_gpus
     from gpulaunch.launch.presets import detect_interconnect
     from gpulaunch.launch.profiles import CliOverrides, resolve_launch
     from gpulaunch.project.pythonpath import import_paths
@@ -142,9 +136,8 @@ def plan_run(
     if opts.numa is not None and opts.numa not in MODES:
         raise ConfigError(f"--numa: {opts.numa!r} is not one of {', '.join(MODES)}")
     environ = dict(os.environ if env is None else env)
-    request = GpuRequest(config.launch.gpus)
-    if opts.gpus is not None:
-        request = GpuRequest.parse(opts.gpus, "--gpus")
+    given = opts.gpus
+    request = GpuRequest(config.launch.gpus) if given is None else GpuRequest.parse(given, "--gpus")
     topo, untrusted_why = _trusted_topology(environ, request)
     if not opts.no_container:
         check_host(config, request, environ)
@@ -185,15 +178,17 @@ def plan_run(
         except TopologyError as err:
             raise ConfigError(f"--numa: {err.message}") from None
     else:
-        note = () if numa_mode == "off" else ("no GPU topology for this run; CPU binding off",)
-        numa = plan_numa(topo, (), "off") if topo is not None else _no_plan(note)
+        note = "no GPU topology for this run; CPU binding off"
+        numa = NumaPlan("off", (), (note,) if topo is None and numa_mode != "off" else ())
     if numa.ranks and len(numa.ranks) < nproc:
         raise ConfigError(
             f"--nproc: {nproc} processes but the NUMA plan has {len(numa.ranks)} ranks"
         )
 
     host_mode = opts.no_container
-    bind_script = _numa_bind_path(host_mode) if numa.ranks else None
+    bind_script = None
+    if numa.ranks:
+        bind_script = str(numa_bind_script()) if host_mode else CONTAINER_NUMA_BIND
     rdzv, network = _multi_node(config, opts, _network(launch, opts))
     if rdzv and not opts.script:
         raise ConfigError("--nnodes: give SCRIPT (torchrun starts it on every node), not -- CMD")
@@ -218,7 +213,7 @@ def plan_run(
     if bind_script is not None:  # the plan shown is the binding applied, or no plan at all
         bound = bind_ranks(command, bind_script, len(numa.ranks))
         if bound is None:
-            numa = _no_plan((f"NUMA binding not applied: {NOT_OURS}",))
+            numa = NumaPlan("off", (), (f"NUMA binding not applied: {NOT_OURS}",))
         else:
             command = bound
     if count is None and command[0] == "torchrun" and not opts.nproc:
@@ -263,14 +258,16 @@ def plan_run(
         run_env[CHECKPOINT_ENV] = str(checkpoints) if host_mode else CHECKPOINTS
     mounts = [mount for mount, _ in binds]
     if not host_mode:  # a container job sees only what its mounts show: never our state
-        from gpulaunch.launch.exposure import guard
-
         masks, unsafe = guard(binds, project, environ, opts.allow_unsafe_mounts)
         mounts += masks
         mount_notes += unsafe
     if mount_notes:
         launch = dataclasses.replace(launch, warnings=(*launch.warnings, *mount_notes))
-    mounts += _helper_mounts(bool(numa.ranks))
+    # the precision helper (always) and the NUMA wrapper (when binding), read-only
+    helper = f"{CONTAINER_LIB}/{PRECISION_MODULE}"
+    mounts.append(Mount(str(HOST_LIB / PRECISION_MODULE), helper, True))
+    if numa.ranks:
+        mounts.append(Mount(str(numa_bind_script()), CONTAINER_NUMA_BIND, True))
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
         raise ConfigError("--mount: two mounts share the same container path")
@@ -353,19 +350,9 @@ def _multi_node(
     addresses, so `--network none` cannot work and is refused with the reason.
     """
     network, where = chosen
-    multi = [opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, opts.local_addr]
-    if opts.nnodes is None:
-        if any(v is not None for v in multi):
-            raise ConfigError("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr: need --nnodes N")
-        return None, network
-    from gpulaunch.launch.flags import rdzv_options
-
-    default_id = config.name.replace("/", "-")
-    rdzv = rdzv_options(
-        opts.nnodes, opts.node_rank, opts.rdzv_endpoint, opts.rdzv_id, default_id, opts.local_addr
-    )
-    if opts.no_container:
-        return rdzv, network  # the host's own network; nothing to choose
+    rdzv = rdzv_options(opts, config.name.replace("/", "-"))
+    if rdzv is None or opts.no_container:
+        return rdzv, network  # one node, or the host's own network: nothing to choose
     if network == "none":
         raise ConfigError(
             f"{where}: none cannot reach the other nodes of --nnodes {opts.nnodes} "
@@ -387,12 +374,9 @@ def _gpu_check(request: GpuRequest, topo: Topology | None, why: str) -> str:
 
 def check_host(config: ProjectConfig, request: GpuRequest, env: dict[str, str]) -> None:
     """Refuse a driver/CUDA or GPU-arch mismatch on this host before building (NVML only)."""
-    from gpulaunch.engine.docker_api import remote_engine
-
     if request.none or remote_engine(env):
         return
     from gpulaunch.catalog import compat
-    from gpulaunch.engine.nvml import NvmlError
 
     try:
         info = compat.probe(env)
@@ -433,28 +417,6 @@ def bind_ranks(command: list[str], wrapper: str, ranks: int) -> list[str] | None
     return None
 
 
-def _no_plan(notes: tuple[str, ...]) -> NumaPlan:
-    from gpulaunch.launch.numa import NumaPlan
-
-    return NumaPlan(mode="off", ranks=(), notes=notes)
-
-
-def _numa_bind_path(host_mode: bool) -> str:
-    from gpulaunch.launch.numa import numa_bind_script
-
-    return str(numa_bind_script()) if host_mode else CONTAINER_NUMA_BIND
-
-
-def _helper_mounts(with_numa: bool) -> list[Mount]:
-    """The precision helper (always) and the NUMA wrapper (when binding), read-only."""
-    from gpulaunch.launch.numa import numa_bind_script
-
-    mounts = [Mount(str(HOST_LIB / PRECISION_MODULE), f"{CONTAINER_LIB}/{PRECISION_MODULE}", True)]
-    if with_numa:
-        mounts.append(Mount(str(numa_bind_script()), CONTAINER_NUMA_BIND, True))
-    return mounts
-
-
 def write_run_files(plan: LaunchPlan, project: Path) -> None:
     """The folders a real run needs; plan_run itself writes nothing (--dry-run).
 
@@ -462,8 +424,6 @@ def write_run_files(plan: LaunchPlan, project: Path) -> None:
     refused, never followed. A container run needs `.gpulaunch/` to be a real folder of the
     user's: the mask is laid over it, and the engine would make a missing one as root.
     """
-    from gpulaunch.fsio import make_dirs
-
     if any(m.kind == "tmpfs" for m in plan.run.mounts):
         make_dirs(project / STATE_IN_PROJECT, root=project)
     if plan.launch.log_dir:

@@ -11,11 +11,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpulaunch.configview import VALIDATION_CODE, decode
 from gpulaunch.engine import nvml
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpulaunch.config import ProfileSpec
 
 
+T = TypeVar("T")
 PRECISION_VAR = "GPULAUNCH_PRECISION"
 ALLOC_VAR = "PYTORCH_ALLOC_CONF"
 LEGACY_ALLOC_VAR = "PYTORCH_CUDA_ALLOC_CONF"
@@ -95,16 +96,16 @@ class EnvNameRule:
     translate: bool
 
     def message(self) -> str:
-        if self.status == "nonexistent":
-            return (
-                f"{self.name} does not exist and has no effect; "
-                f"use {self.replacement} ({self.reason})"
-            )
-        if self.status == "removed":
-            return f"{self.name} has no effect any more; use {self.replacement} ({self.reason})"
-        if self.status == "renamed":
-            return f"{self.name} is an old name; use {self.replacement} ({self.reason})"
-        return f"{self.name} is deprecated; use {self.replacement} ({self.reason})"
+        said = _STATUS_TEXT.get(self.status, "is deprecated")
+        return f"{self.name} {said}; use {self.replacement} ({self.reason})"
+
+
+# How each status reads in a warning ("deprecated" for the rest).
+_STATUS_TEXT = {
+    "nonexistent": "does not exist and has no effect",
+    "removed": "has no effect any more",
+    "renamed": "is an old name",
+}
 
 
 def _data_text(*parts: str) -> str:
@@ -150,17 +151,24 @@ def _validated_copy() -> dict[str, Any] | None:
     return None
 
 
+def _stored(key: str, load: Callable[[str, Any], T]) -> dict[str, T] | None:
+    """`key`'s entries of the validated copy, each through `load`; None when the copy is
+    stale or not well formed."""
+    copy = _validated_copy()
+    if copy is None:
+        return None
+    try:
+        return {name: load(name, node) for name, node in copy[key].items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
 @lru_cache(maxsize=1)
 def builtin_specs() -> dict[str, ProfileSpec]:
     """The built-in profiles, validated: from the validated copy (views, no pydantic) when it
     is current and well formed, else through the pydantic models."""
-    copy = _validated_copy()
-    if copy is not None:
-        try:
-            return {name: decode(node) for name, node in copy["profiles"].items()}  # type: ignore[misc]
-        except (AttributeError, KeyError, TypeError, ValueError):
-            pass
-    return validate_builtin_specs()
+    stored = _stored("profiles", lambda _, node: decode(node))  # views read as the models
+    return validate_builtin_specs() if stored is None else stored  # type: ignore[return-value]
 
 
 def validate_builtin_specs() -> dict[str, ProfileSpec]:
@@ -188,13 +196,8 @@ def validate_builtin_specs() -> dict[str, ProfileSpec]:
 def nccl_presets() -> dict[str, NcclPreset]:
     """The NCCL presets from gpulaunch/data/nccl_presets.yaml, validated: from the validated
     copy when it is current and well formed, else through pydantic."""
-    copy = _validated_copy()
-    if copy is not None:
-        try:
-            return {name: _preset(name, node) for name, node in copy["nccl_presets"].items()}
-        except (AttributeError, KeyError, TypeError, ValueError):
-            pass
-    return validate_nccl_presets()
+    stored = _stored("nccl_presets", _preset)
+    return validate_nccl_presets() if stored is None else stored
 
 
 def _preset(name: str, node: dict[str, Any]) -> NcclPreset:
@@ -303,17 +306,11 @@ def precision_env(precision: str) -> dict[str, str]:
 def gpu_compute_capability(name: str) -> tuple[int, int] | None:
     """Compute capability of a GPU product name from the catalog, or None when unknown."""
     from gpulaunch.catalog.compat import gpu_compute_capability as catalog_cc
+    from gpulaunch.catalog.data import version_key
 
-    return _parse_cc(catalog_cc(name))
-
-
-def _parse_cc(value: Any) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    if isinstance(value, tuple | list) and len(value) >= 2:
-        return (int(value[0]), int(value[1]))
-    match = re.match(r"^\s*(\d+)\.(\d+)", str(value))
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    cc = catalog_cc(name)  # a checked dotted version
+    key = version_key(cc) if cc else ()
+    return (key[0], key[1]) if len(key) >= 2 else None
 
 
 def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:

@@ -13,23 +13,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch.errors import ConfigError
-from gpulaunch.launch.presets import DOCKER_KEYS, docker_dict
-
-if TYPE_CHECKING:
-    from gpulaunch.config import ProfileSpec, ProjectConfig
 from gpulaunch.launch.presets import (
     ALLOC_VAR,
+    DOCKER_KEYS,
     LEGACY_ALLOC_VAR,
     PRECISIONS,
     builtin_specs,
+    docker_dict,
     gpu_compute_capability,
     name_findings,
     nccl_presets,
     precision_env,
 )
 
+if TYPE_CHECKING:
+    from gpulaunch.config import ProfileSpec, ProjectConfig
+
 CONFIG_ORIGIN = "gpulaunch.yaml"
 BUILTIN_ORIGIN = "built-in"
+_SETTINGS = ("nccl", "numa", "precision", "expandable_segments")
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,7 @@ class ResolvedLaunch:
 
     def settings(self) -> dict[str, Sourced]:
         """The four launch settings that are set, in display order."""
-        names = ("nccl", "numa", "precision", "expandable_segments")
-        return {name: item for name in names if (item := getattr(self, name)) is not None}
+        return {name: item for name in _SETTINGS if (item := getattr(self, name)) is not None}
 
 
 @dataclass(frozen=True)
@@ -184,52 +185,44 @@ def _cycle_error(seen: list[_Entry], again: _Entry) -> ConfigError:
 
 @dataclass
 class _Layer:
-    """One precedence level: scalar settings with (value, source, error path), env, docker."""
+    """One precedence level: scalar settings with (value, source, error path), env, docker,
+    all from `source`."""
 
+    source: str
+    env: dict[str, str]
     settings: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    env_source: str = ""
     docker: dict[str, Any] = field(default_factory=dict)
-    docker_source: str = ""
 
 
-_SETTINGS = ("nccl", "numa", "precision", "expandable_segments")
+def _layer(values: Any, keys: Sequence[str], source: str, path: str) -> _Layer:
+    """The env and the settings `keys` that are set of a profile spec or of `launch:`."""
+    layer = _Layer(source, dict(values.env))
+    for key in keys:
+        value = getattr(values, key)
+        if value is not None:
+            layer.settings[key] = (value, source, f"{path}.{key}")
+    return layer
 
 
 def _profile_layer(entry: _Entry) -> _Layer:
-    spec = entry.spec
-    layer = _Layer(env=dict(spec.env), env_source=entry.source, docker_source=entry.source)
-    for key in _SETTINGS:
-        value = getattr(spec, key)
-        if value is not None:
-            layer.settings[key] = (value, entry.source, f"{entry.path}.{key}")
-    layer.docker = docker_dict(spec.docker)
+    layer = _layer(entry.spec, _SETTINGS, entry.source, entry.path)
+    layer.docker = docker_dict(entry.spec.docker)
     return layer
 
 
 def _launch_layer(config: ProjectConfig) -> _Layer:
-    launch = config.launch
-    source = f"launch: ({CONFIG_ORIGIN})"
-    layer = _Layer(env=dict(launch.env), env_source=source, docker_source=source)
-    for key in ("nccl", "numa", "precision"):
-        value = getattr(launch, key)
-        if value is not None:
-            layer.settings[key] = (value, source, f"launch.{key}")
-    if "network" in launch.model_fields_set:
-        layer.docker["network"] = launch.network
+    layer = _layer(config.launch, _SETTINGS[:3], f"launch: ({CONFIG_ORIGIN})", "launch")
+    if "network" in config.launch.model_fields_set:
+        layer.docker["network"] = config.launch.network
     return layer
 
 
 def _cli_layer(cli: CliOverrides) -> _Layer:
-    layer = _Layer(env=dict(cli.env), env_source="--env", docker_source="")
-    flags = {
-        "nccl": ("--nccl", cli.nccl),
-        "numa": ("--numa", cli.numa),
-        "precision": ("--precision", cli.precision),
-    }
-    for key, (flag, value) in flags.items():
+    layer = _Layer("--env", dict(cli.env))
+    for key in _SETTINGS[:3]:
+        value = getattr(cli, key)
         if value is not None:
-            layer.settings[key] = (value, f"{flag} {value}", flag)
+            layer.settings[key] = (value, f"--{key} {value}", f"--{key}")
     if cli.expandable_segments is not None:
         flag = "--expandable-segments" if cli.expandable_segments else "--no-expandable-segments"
         layer.settings["expandable_segments"] = (cli.expandable_segments, flag, flag)
@@ -247,19 +240,10 @@ def _merge_docker(target: dict[str, Sourced], options: Mapping[str, Any], source
             merged: Any = [*old.value, *(v for v in value if v not in old.value)]
         else:
             merged = {**old.value, **value}
-        changed = merged != old.value
-        sources = (
-            old.source
-            if not changed or source in old.source.split(" + ")
-            else (f"{old.source} + {source}")
-        )
-        target[key] = Sourced(merged, sources)
-
-
-def _select_profile(config: ProjectConfig, cli: CliOverrides) -> tuple[str, str]:
-    if cli.profile is not None:
-        return cli.profile, "--profile"
-    return config.launch.profile, "launch.profile"
+        said = old.source
+        if merged != old.value and source not in said.split(" + "):
+            said = f"{said} + {source}"
+        target[key] = Sourced(merged, said)
 
 
 def resolve_launch(
@@ -281,7 +265,9 @@ def resolve_launch(
     for entry in table.values():  # every profile must resolve, selected or not
         chains.check(entry)
 
-    name, flag = _select_profile(config, cli)
+    name, flag = cli.profile, "--profile"
+    if name is None:
+        name, flag = config.launch.profile, "launch.profile"
     if name not in table:
         raise ConfigError(
             f"{flag}: unknown profile {name!r} (available: {', '.join(sorted(table))})"
@@ -315,9 +301,9 @@ def resolve_launch(
         value, source, path = settings["nccl"]
         preset_name = str(value)
         if preset_name == "auto":
-            preset_name, why = _auto_interconnect(interconnect)
+            preset_name, why = _AUTO_NCCL.get(interconnect or "", ("pcie", "interconnect unknown"))
             source = f"{source}, auto: {why}"
-            if interconnect not in ("nvlink", "pcie"):
+            if interconnect not in _AUTO_NCCL:
                 notes.append(
                     "nccl auto: the GPU interconnect is unknown, so the pcie preset is used; "
                     "pass --nccl nvlink on NVLink machines"
@@ -347,12 +333,11 @@ def resolve_launch(
     if "precision" in settings:
         value, source, path = settings["precision"]
         mode = str(value)
-        env_for_mode = precision_env(mode) if mode in PRECISIONS else None
-        if env_for_mode is None:
+        if mode not in PRECISIONS:
             raise ConfigError(f"{path}: {mode!r} is not one of {', '.join(PRECISIONS)}")
         _check_precision_hardware(mode, path, gpu_names, warnings)
         precision = Sourced(mode, source)
-        for key, text in env_for_mode.items():
+        for key, text in precision_env(mode).items():
             derived[key] = Sourced(text, f"precision {mode}")
         if mode in ("fp16", "bf16"):
             notes.append(
@@ -368,10 +353,10 @@ def resolve_launch(
             old = env.get(key)
             if old is not None and key in derived and old is derived[key] and old.value != text:
                 warnings.append(
-                    f"{key}={text} from {layer.env_source} overrides {key}={old.value} "
+                    f"{key}={text} from {layer.source} overrides {key}={old.value} "
                     f"set by {old.source}"
                 )
-            env[key] = Sourced(text, layer.env_source)
+            env[key] = Sourced(text, layer.source)
 
     # deprecated names: warn, and pass exact aliases under their current name
     _apply_name_rules(env, warnings)
@@ -386,18 +371,16 @@ def resolve_launch(
             env[ALLOC_VAR].value, f"copy of {ALLOC_VAR} for PyTorch versions that read only this"
         )
 
-    # docker options from the layers
+    # docker options from the layers, and a warning for the ones the user added that reach
+    # the host (the built-ins are documented)
     for layer in layers:
-        if layer.docker:
-            _merge_docker(docker, layer.docker, layer.docker_source)
-
-    for layer in layers:  # options the user added (the built-ins are documented)
-        if layer.docker_source.startswith("built-in"):
+        _merge_docker(docker, layer.docker, layer.source)
+        if layer.source.startswith("built-in"):
             continue
         for key, what in (("cap_add", "adds capabilities"), ("devices", "passes host devices")):
             if layer.docker.get(key):
                 items = ", ".join(str(v) for v in layer.docker[key])
-                warnings.append(f"docker.{key} in {layer.docker_source} {what}: {items}")
+                warnings.append(f"docker.{key} in {layer.source} {what}: {items}")
 
     return ResolvedLaunch(
         profile=name,
@@ -413,12 +396,8 @@ def resolve_launch(
     )
 
 
-def _auto_interconnect(interconnect: str | None) -> tuple[str, str]:
-    if interconnect == "nvlink":
-        return "nvlink", "NVLink detected"
-    if interconnect == "pcie":
-        return "pcie", "no NVLink detected"
-    return "pcie", "interconnect unknown"
+# `nccl: auto`: the preset for the detected interconnect, and why
+_AUTO_NCCL = {"nvlink": ("nvlink", "NVLink detected"), "pcie": ("pcie", "no NVLink detected")}
 
 
 def _ifname_env(ifname: str, env: dict[str, Sourced]) -> list[str]:

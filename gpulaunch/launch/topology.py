@@ -69,7 +69,7 @@ def _discover_sysfs(root: Path) -> Topology:
         except ValueError:
             continue
         found.append((bus_id, _read_numa_node(dev), _read_local_cpus(dev)))
-    found.sort(key=lambda g: _bus_sort_key(g[0]))
+    found.sort(key=lambda g: tuple(int(part, 16) for part in re.split("[:.]", g[0])))
     gpus = tuple(
         Gpu(index=i, bus_id=b, uuid=None, name=None, numa_node=n, local_cpus=c)
         for i, (b, n, c) in enumerate(found)
@@ -92,7 +92,7 @@ def _discover_nvml(lib: Nvml, sysfs: Path) -> Topology:
         handle = device.handle
         bus_id = normalize_bus_id(text(lib.nvmlDeviceGetPciInfo(handle).busId))
         dev = sysfs / "bus" / "pci" / "devices" / bus_id
-        numa_node = _read_numa_node(dev) if (dev / "numa_node").is_file() else None
+        numa_node = _read_numa_node(dev)
         if numa_node is None:
             nvml_node = query(lib, "nvmlDeviceGetNumaNodeId", handle)
             numa_node = nvml_node if isinstance(nvml_node, int) and nvml_node >= 0 else None
@@ -188,9 +188,3 @@ def _read_sockets(cpu_dir: Path) -> dict[int, frozenset[int]]:
         if package is not None and package >= 0:  # offline CPUs have no topology/
             sockets.setdefault(package, set()).add(int(m[1]))
     return {p: frozenset(c) for p, c in sorted(sockets.items())}
-
-
-def _bus_sort_key(bus_id: str) -> tuple[int, ...]:
-    domain, bus, rest = bus_id.split(":")
-    dev, fn = rest.split(".")
-    return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn))
