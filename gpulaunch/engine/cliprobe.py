@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -64,13 +63,12 @@ def remember_probes(now: float | None = None) -> None:
     write is ignored; a dry run never calls it)."""
     if not _FRESH:
         return
-    now = time.time() if now is None else now
-    entries = daycache.entries(PROBE_FILE)
-    for digest, (disk_key, cli) in _FRESH.items():
-        answer = None if cli is None else [cli.path, cli.mode]
-        entries[digest] = {"at": now, "key": disk_key, "cli": answer}
+    found = {
+        digest: {"key": disk_key, "cli": None if cli is None else [cli.path, cli.mode]}
+        for digest, (disk_key, cli) in _FRESH.items()
+    }
     _FRESH.clear()
-    daycache.save(PROBE_FILE, entries)
+    daycache.put(PROBE_FILE, found, now)
 
 
 def _candidates(env: Mapping[str, str]) -> list[str]:
@@ -150,12 +148,15 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
     import json
 
     from gpulaunch import __version__
+    from gpulaunch.fsio import read_back
 
     home = env.get("HOME") or str(Path.home())
     config = Path(env.get("DOCKER_CONFIG") or Path(home) / ".docker")
     extra: list[str] = []  # a config that cannot be read or parsed names none
     with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
-        dirs = json.loads(_small_file(config / "config.json")).get("cliPluginsExtraDirs")
+        # a regular file of at most a MiB: a FIFO or device planted there is not waited on
+        raw = read_back(config / "config.json", 1 << 20, follow=True)
+        dirs = json.loads(raw).get("cliPluginsExtraDirs")
         extra = [d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
     plugins = [str(config / "cli-plugins"), *extra, *PLUGIN_DIRS]
     variables = sorted(
@@ -175,13 +176,6 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
     ]
 
 
-def _small_file(path: Path, limit: int = 1 << 20) -> bytes:
-    """A regular file of at most a MiB (a FIFO or device planted there is not waited on)."""
-    from gpulaunch.fsio import read_back
-
-    return read_back(path, limit, follow=True)
-
-
 def _digest(disk_key: list[object]) -> str:
     import hashlib
     import json
@@ -195,19 +189,14 @@ def _cached_probe(
     """The saved answer for this key, or False (probe again)."""
     import json
 
-    entry = daycache.entries(PROBE_FILE).get(_digest(disk_key))
+    entry = daycache.get(PROBE_FILE, _digest(disk_key), now)  # None: stale, or from the future
     if entry is None or entry.get("key") != json.loads(json.dumps(disk_key)):
-        return False
-    if not daycache.fresh(entry, now):  # stale, or from the future
         return False
     cli = entry.get("cli")
     if cli is None:
         return None
     if isinstance(cli, list) and len(cli) == 2 and cli[0] in candidates:
-        if cli[1] == "buildx":
-            return DockerCli(cli[0], "buildx")
-        if cli[1] == "env":
-            return DockerCli(cli[0], "env")
+        return DockerCli(cli[0], cli[1]) if cli[1] in ("buildx", "env") else False
     return False
 
 

@@ -103,7 +103,7 @@ class Engine:
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
-        self._client: Any = None  # the docker SDK: build, push, pull, doctor's facts
+        self._client: Any = None  # the docker SDK: build, push, pull, prune's removals
         self._api: Transport | None = None  # everything else (gpulaunch.engine.api)
         self._images: dict[str, Any] = {}  # image id -> api.containers.Image or None
         self._cli: DockerCli | bool | None = False  # False = not probed yet
@@ -122,7 +122,7 @@ class Engine:
         return self.address.url
 
     def client(self) -> Any:
-        """The docker SDK (build, push, doctor's facts), connected as `api.sdk.connected`
+        """The docker SDK (build, push, pull), connected as `api.sdk.connected`
         says: the same address, TLS and ssh client as every other call."""
         if self._client is None:
             import docker
@@ -200,12 +200,11 @@ class Engine:
         )
 
         if self._kind is None:
-            try:
+            found: EngineKind | None = None
+            with contextlib.suppress(ApiError):
                 found = engine_kind(self._version())
-                if found is not None and found.podman:
+                if found.podman:
                     found = podman_rootless(found, self.api().call("GET", LIBPOD_INFO))
-            except ApiError:
-                found = None
             self._kind = found or EngineKind("docker", "?")
             if found is not None and known_kind(self.host) != found:
                 remember_kind(self.host, found)  # for --dry-run, which asks no daemon
@@ -235,13 +234,14 @@ class Engine:
         return {str(n.get("Name")) for n in found}
 
     def facts(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-        """`docker version`, `docker info` and the local image tags (for `doctor`)."""
-        from docker.errors import DockerException
+        """`docker version`, `docker info` and the local image tags (for `doctor`), through
+        the stdlib client: one listing, where the SDK's `images.list()` inspects each image."""
+        from gpulaunch.engine.api.containers import repo_tags
 
-        with _worded("cannot read the engine's version and info", DockerException):
-            client = self.client()
-            tags = [t for image in client.images.list() for t in image.tags]
-            return dict(client.version()), dict(client.info()), tags
+        with _worded("cannot read the engine's version and info"):
+            images = self.api().call("GET", "/images/json") or []
+            tags = [t for image in images if isinstance(image, dict) for t in repo_tags(image)]
+            return self._version(), dict(self.api().call("GET", "/info")), tags
 
     # -- builders ---------------------------------------------------------------------
     def docker_cli(self) -> DockerCli | None:
@@ -303,13 +303,16 @@ class Engine:
             return inspect_image(self.api(), ref)
 
     def remove_if_dangling(self, image_id: str) -> None:
-        """Remove an image gpulaunch built that a rebuild left without any tag."""
-        from docker.errors import DockerException
+        """Remove an image gpulaunch built that a rebuild left without any tag (the engine's
+        refusal, or an image already gone, is ignored)."""
+        from gpulaunch.engine.api.containers import inspect_image
+        from gpulaunch.engine.api.http import ApiError, path_of
 
-        with contextlib.suppress(DockerException):
-            image = self.client().images.get(image_id)
-            if not image.tags and MANAGED_LABEL in (image.labels or {}):
-                self.client().images.remove(image_id, noprune=False)
+        with contextlib.suppress(ApiError):
+            image = inspect_image(self.api(), image_id)
+            if image is not None and not image.tags and MANAGED_LABEL in image.labels:
+                query = {"force": 0, "noprune": 0}
+                self.api().call("DELETE", path_of("/images/{}", image_id), query)
 
     def push(self, local: str, repository: str, tag: str, on_line: Callable[[str], None]) -> str:
         """Tag `local` as repository:tag, push it; the digest the engine reports (or '')."""
@@ -483,49 +486,39 @@ class Engine:
         """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
         one dict each: id, tags, created (seconds), size (bytes, shared layers included),
         labels. Which of them a project owns is `image.prune.owned`'s rule, not this list's."""
+        from gpulaunch.engine.api.containers import repo_tags
+
         label = json.dumps({"label": [f"{MANAGED_LABEL}=true"]})
         rows = self._ask("cannot list images", "/images/json", {"filters": label}, EngineError)
-        found = []
-        for row in rows or []:
-            if not isinstance(row, dict):
-                continue
-            tags = row.get("RepoTags") or []
-            labels = row.get("Labels") or {}
-            found.append(
-                {
-                    "id": str(row.get("Id") or ""),
-                    "tags": [t for t in tags if isinstance(t, str) and t != "<none>:<none>"],
-                    "created": self._count(row.get("Created")),
-                    "size": self._count(row.get("Size")),
-                    "labels": {str(k): str(v) for k, v in labels.items()}
-                    if isinstance(labels, dict)
-                    else {},
-                }
-            )
-        return found
-
-    @staticmethod
-    def _count(value: Any) -> int:
-        """A non-negative whole number from an engine reply (anything else: 0)."""
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+        return [
+            {
+                "id": str(row.get("Id") or ""),
+                "tags": repo_tags(row),
+                "created": _count(row.get("Created")),
+                "size": _count(row.get("Size")),
+                "labels": {str(k): str(v) for k, v in row["Labels"].items()}
+                if isinstance(row.get("Labels"), dict)
+                else {},
+            }
+            for row in rows or []
+            if isinstance(row, dict)
+        ]
 
     def image_users(self) -> list[dict[str, str]]:
         """Every container in the engine, in any state and whoever made it, with the id of the
         image it uses (name, state, image_id): an image one of them uses is never pruned."""
         rows = self._ask("cannot list containers", "/containers/json", {"all": 1}, EngineError)
-        found = []
-        for row in rows or []:
-            if not isinstance(row, dict):
-                continue
-            names = [str(n).lstrip("/") for n in row.get("Names") or []]
-            found.append(
-                {
-                    "name": names[0] if names else str(row.get("Id") or "")[:12],
-                    "state": str(row.get("State") or ""),
-                    "image_id": str(row.get("ImageID") or ""),
-                }
-            )
-        return found
+        return [
+            {
+                "name": str(row["Names"][0]).lstrip("/")
+                if row.get("Names")
+                else str(row.get("Id") or "")[:12],
+                "state": str(row.get("State") or ""),
+                "image_id": str(row.get("ImageID") or ""),
+            }
+            for row in rows or []
+            if isinstance(row, dict)
+        ]
 
     def remove_image(self, ref: str) -> dict[str, str]:
         """Remove an image by id, or one tag of it, never forced: the engine itself refuses an
@@ -731,12 +724,9 @@ def _worded(what: str, caught: type[Exception] | None = None) -> Iterator[None]:
         raise EngineError(f"{what}: {short_text(err)}") from None
 
 
-def attach_output(container: Any, stream: str) -> Iterator[bytes]:
-    """The raw bytes of a created container's "stdout" or "stderr", attached before it starts
-    (as `docker run` does). Not the logs: the json-file driver stores lines as JSON text, so
-    bytes that are not UTF-8 would come back as U+FFFD."""
-    out = stream == "stdout"
-    return iter(container.attach(stdout=out, stderr=not out, stream=True, logs=False))
+def _count(value: Any) -> int:
+    """A non-negative whole number from an engine reply (anything else: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @contextlib.contextmanager

@@ -123,22 +123,14 @@ KINDS_FILE = "engine-kinds.json"
 
 
 def remember_kind(address: str, kind: EngineKind, now: float | None = None) -> None:
-    import time
-
-    entries = daycache.entries(KINDS_FILE)
-    entries[address] = {
-        "at": time.time() if now is None else now,
-        "name": kind.name,
-        "version": kind.version,
-        "rootless": kind.rootless,
-    }
-    daycache.save(KINDS_FILE, entries)
+    found = {"name": kind.name, "version": kind.version, "rootless": kind.rootless}
+    daycache.put(KINDS_FILE, {address: found}, now)
 
 
 def known_kind(address: str, now: float | None = None) -> EngineKind | None:
     """What a real command last found at `address` (within a day), or None."""
-    entry = daycache.entries(KINDS_FILE).get(address)
-    if entry is None or not daycache.fresh(entry, now):
+    entry = daycache.get(KINDS_FILE, address, now)
+    if entry is None:
         return None
     name, version, rootless = entry.get("name"), entry.get("version"), entry.get("rootless")
     if name not in ("docker", "podman") or not isinstance(version, str):

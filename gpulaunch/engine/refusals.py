@@ -9,8 +9,6 @@ or planted only means asking again (read through fsio.read_cache, checked field 
 
 from __future__ import annotations
 
-import time
-
 from gpulaunch.engine import daycache
 
 FILE_NAME = "engines.json"
@@ -19,10 +17,7 @@ ULIMIT_NAMES = frozenset({"memlock", "stack", "nofile"})
 
 def refused_ulimits(engine_id: str, now: float | None = None) -> set[str]:
     """The ulimits this engine refused within the last day (empty when unknown)."""
-    entry = daycache.entries(FILE_NAME).get(engine_id, {})
-    if not daycache.fresh(entry, now):
-        return set()
-    refused = entry.get("refused_ulimits")
+    refused = (daycache.get(FILE_NAME, engine_id, now) or {}).get("refused_ulimits")
     names = refused if isinstance(refused, list) else []
     return {name for name in names if isinstance(name, str) and name in ULIMIT_NAMES}
 
@@ -31,8 +26,5 @@ def remember_refused_ulimit(engine_id: str, name: str, now: float | None = None)
     """Record that this engine refused ulimit `name` (a failed write is ignored)."""
     if name not in ULIMIT_NAMES:
         return
-    now = time.time() if now is None else now
-    entries = daycache.entries(FILE_NAME)
-    known = refused_ulimits(engine_id, now)
-    entries[engine_id] = {"at": now, "refused_ulimits": sorted(known | {name})}
-    daycache.save(FILE_NAME, entries)
+    known = sorted(refused_ulimits(engine_id, now) | {name})
+    daycache.put(FILE_NAME, {engine_id: {"refused_ulimits": known}}, now)

@@ -158,45 +158,35 @@ def new_run_id() -> str:  # docker_api.RUN_ID_RE matches exactly these
 
 def docker_run_argv(plan: RunPlan, detach: bool = False) -> list[str]:
     argv = ["docker", "run", "--detach" if detach else "--rm", "--name", plan.name]
-    if plan.init:
-        argv.append("--init")
-    if plan.stdin:
-        argv.append("--interactive")
-    if plan.tty:
-        argv.append("--tty")
+    switches = (("--init", plan.init), ("--interactive", plan.stdin), ("--tty", plan.tty))
+    argv += [switch for switch, on in switches if on]
+    gpus = None if plan.gpu_request.none else plan.gpu_request.docker_flag()
+    restart = f"on-failure:{plan.restart_retries}" if plan.restart_retries else None
     argv += ["--user", plan.user, "--workdir", plan.workdir]
-    if not plan.gpu_request.none:
-        argv += ["--gpus", plan.gpu_request.docker_flag()]
-    if plan.ipc:
-        argv += ["--ipc", plan.ipc]
-    if plan.shm_size:
-        argv += ["--shm-size", plan.shm_size]
-    if plan.memory:
-        argv += ["--memory", plan.memory]
-    for name, limit in sorted(plan.ulimits.items()):
-        argv += ["--ulimit", f"{name}={limit}"]
-    # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
-    argv += ["--stop-signal", "SIGTERM", "--stop-timeout", str(plan.stop_timeout)]
-    if plan.network:
-        argv += ["--network", plan.network]
-    if plan.hostname:
-        argv += ["--hostname", plan.hostname]
-    for host, address in sorted(plan.extra_hosts.items()):
-        argv += ["--add-host", f"{host}:{address}"]
-    for cap in plan.cap_add:
-        argv += ["--cap-add", cap]
-    for dev in plan.devices:
-        argv += ["--device", dev]
-    if plan.cpuset_cpus:
-        argv += ["--cpuset-cpus", plan.cpuset_cpus]
-    if plan.restart_retries:
-        argv += ["--restart", f"on-failure:{plan.restart_retries}"]
-    for key, label in sorted(plan.labels.items()):
-        argv += ["--label", f"{key}={label}"]
-    for mount in plan.mounts:
-        argv += ["--mount", mount.cli()]
-    for key, value in sorted(plan.env.items()):
-        argv += ["--env", f"{key}={value}"]
+    # in this order: a list once per item, a value when it is set
+    options: list[tuple[str, list[str] | str | None]] = [
+        ("--gpus", gpus),
+        ("--ipc", plan.ipc),
+        ("--shm-size", plan.shm_size),
+        ("--memory", plan.memory),
+        ("--ulimit", [f"{name}={limit}" for name, limit in sorted(plan.ulimits.items())]),
+        # explicit, as the SDK call is: an image's STOPSIGNAL must not change how the job stops
+        ("--stop-signal", "SIGTERM"),
+        ("--stop-timeout", str(plan.stop_timeout)),
+        ("--network", plan.network),
+        ("--hostname", plan.hostname),
+        ("--add-host", [f"{host}:{ip}" for host, ip in sorted(plan.extra_hosts.items())]),
+        ("--cap-add", plan.cap_add),
+        ("--device", plan.devices),
+        ("--cpuset-cpus", plan.cpuset_cpus),
+        ("--restart", restart),
+        ("--label", [f"{key}={label}" for key, label in sorted(plan.labels.items())]),
+        ("--mount", [mount.cli() for mount in plan.mounts]),
+        ("--env", [f"{key}={value}" for key, value in sorted(plan.env.items())]),
+    ]
+    for option, values in options:
+        for value in values if isinstance(values, list) else [values] if values else []:
+            argv += [option, value]
     return [*argv, plan.image, *plan.command]
 
 
@@ -256,30 +246,25 @@ def create_body(plan: RunPlan) -> dict[str, Any]:
     parameter, never in the body): what the docker SDK sends for the same plan
     (tests/engine/test_create_body.py compares the two for many plans, with the SDK's kwargs
     from tests/engine/sdk_oracle.py)."""
-    host: dict[str, Any] = {
+    restart = {"Name": "on-failure", "MaximumRetryCount": plan.restart_retries}
+    optional = {  # sent only when the plan sets them, as the SDK sends them
+        "DeviceRequests": None if plan.gpu_request.none else [plan.gpu_request.device_request()],
+        "IpcMode": plan.ipc or None,
+        "ShmSize": _bytes(plan.shm_size) if plan.shm_size else None,
+        "Memory": _bytes(plan.memory) if plan.memory else None,
+        "ExtraHosts": [f"{k}:{v}" for k, v in sorted(plan.extra_hosts.items())] or None,
+        "CapAdd": list(plan.cap_add) or None,
+        "Devices": [_device(d) for d in plan.devices] or None,
+        "CpusetCpus": plan.cpuset_cpus or None,
+        "RestartPolicy": restart if plan.restart_retries else None,
+    }
+    host = {
         "Ulimits": [{"Name": k, "Soft": v, "Hard": v} for k, v in sorted(plan.ulimits.items())],
         "Init": plan.init,
         "Mounts": [m.body() for m in plan.mounts],
+        "NetworkMode": plan.network or "default",  # as the SDK's containers.run sends it
+        **{key: value for key, value in optional.items() if value is not None},
     }
-    if not plan.gpu_request.none:
-        host["DeviceRequests"] = [plan.gpu_request.device_request()]
-    if plan.ipc:
-        host["IpcMode"] = plan.ipc
-    if plan.shm_size:
-        host["ShmSize"] = _bytes(plan.shm_size)
-    if plan.memory:
-        host["Memory"] = _bytes(plan.memory)
-    host["NetworkMode"] = plan.network or "default"  # as the SDK's containers.run sends it
-    if plan.extra_hosts:
-        host["ExtraHosts"] = [f"{k}:{v}" for k, v in sorted(plan.extra_hosts.items())]
-    if plan.cap_add:
-        host["CapAdd"] = list(plan.cap_add)
-    if plan.devices:
-        host["Devices"] = [_device(d) for d in plan.devices]
-    if plan.cpuset_cpus:
-        host["CpusetCpus"] = plan.cpuset_cpus
-    if plan.restart_retries:
-        host["RestartPolicy"] = {"Name": "on-failure", "MaximumRetryCount": plan.restart_retries}
     body: dict[str, Any] = {
         "name": plan.name,
         "User": plan.user,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from gpulaunch.engine.docker_api import Engine, attach_output
+from gpulaunch.engine.docker_api import Engine
 from gpulaunch.engine.runspec import RunPlan, create_body
 from gpulaunch.errors import ConfigError, EngineError, ExitCode, RlimitRefused, RunError
 
@@ -138,21 +138,11 @@ class RankFailure:
         """The exit code a shell would show for the rank: 128+N for signal N."""
         return 128 - self.exitcode if self.exitcode < 0 else self.exitcode
 
-    @property
-    def signal_name(self) -> str | None:
-        if self.exitcode >= 0:
-            return None
-        try:
-            return signal.Signals(-self.exitcode).name
-        except ValueError:
-            return None
-
     def ended(self) -> str:
         """`exited with 3` or `was killed by SIGKILL (exit 137)`."""
-        name = self.signal_name
-        if name is None:
-            return f"exited with {self.code}"
-        return f"was killed by {name} (exit {self.code})"
+        if self.exitcode < 0 and -self.exitcode in signal.valid_signals():
+            return f"was killed by {signal.Signals(-self.exitcode).name} (exit {self.code})"
+        return f"exited with {self.code}"
 
 
 def rank_failure(lines: Sequence[str]) -> RankFailure | None:
@@ -233,10 +223,6 @@ def _pump(
         done.set()
 
 
-def _numbered(number: int, chunks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
-    return ((number, chunk) for chunk in chunks)
-
-
 def start(
     engine: Engine,
     plan: RunPlan,
@@ -262,8 +248,11 @@ def start(
         if plan.stdin or plan.tty:
             attached["socket"] = _attach_socket(container, plan.stdin)
             return
+        # the raw bytes of each stream, attached before start as `docker run` does; not the
+        # logs: the json-file driver stores lines as JSON text, non-UTF-8 bytes as U+FFFD
         for stream in ("stdout", "stderr"):
-            attached[stream] = attach_output(container, stream)
+            out = stream == "stdout"
+            attached[stream] = container.attach(stdout=out, stderr=not out, stream=True, logs=False)
 
     def drop(name: str) -> None:
         del plan.ulimits[name]
@@ -306,6 +295,8 @@ def supervise(
     `tail`, when given, keeps the end of the output and the container's end state. Under
     torchrun, a failed rank's own exit code is returned (`job_exit_code`), not torchrun's 1.
     """
+    from gpulaunch.engine.api.containers import frames
+
     state = tail  # the caller's: it also wants the container's end state
     tail = tail if tail is not None else OutputTail()  # torchrun's summary names the code
     stopper = _Stopper()
@@ -330,16 +321,16 @@ def supervise(
 
         sock = attached.get("socket")
         if sock is not None:  # one stream: the engine tells stdout from stderr (no terminal)
-            pumps = [(_frames(sock, plan.tty), {1: out, 2: err})]
+            pumps = [(frames(sock.read, plan.tty), {1: out, 2: err})]
         else:
             pumps = [
-                (_numbered(1, attached["stdout"]), {1: out}),
-                (_numbered(2, attached["stderr"]), {2: err}),
+                (((1, chunk) for chunk in attached["stdout"]), {1: out}),
+                (((2, chunk) for chunk in attached["stderr"]), {2: err}),
             ]
         streamed = [threading.Event() for _ in pumps]
-        for (frames, targets), done in zip(pumps, streamed, strict=True):
+        for (chunks, targets), done in zip(pumps, streamed, strict=True):
             threading.Thread(
-                target=_pump, args=(frames, targets, done, warn, tail), daemon=True
+                target=_pump, args=(chunks, targets, done, warn, tail), daemon=True
             ).start()
         threading.Thread(target=wait, daemon=True).start()
         if sock is not None and plan.stdin:
@@ -489,14 +480,6 @@ def _attach_socket(container: Container, stdin: bool) -> Stream:
     if stdin:
         params["detachKeys"] = DETACH_KEYS
     return container.attach_socket(params=params)
-
-
-def _frames(sock: Stream, tty: bool) -> Iterator[tuple[int, bytes]]:
-    """(1 for stdout / 2 for stderr, bytes) as the engine sends them; with a terminal, all
-    is stdout."""
-    from gpulaunch.engine.api.containers import frames
-
-    return frames(sock.read, tty)
 
 
 def _forward_stdin(sock: Stream, fd: int, stop: threading.Event) -> None:

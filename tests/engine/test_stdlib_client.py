@@ -147,7 +147,7 @@ def test_a_terminal_job_streams_raw_output_and_takes_stdin(fake: FakeEngine) -> 
     while bytes(fake.script.stdin) != b"typed\n" and time.monotonic() < deadline:
         time.sleep(0.01)
     fake.exited.set()
-    got = b"".join(c for _n, c in supervise._frames(sock, True))
+    got = b"".join(c for _n, c in frames(sock.read, True))
     sock.close()
     assert got == b"\x01\x00\x00\x00looks like a header\r\n"
     assert bytes(fake.script.stdin) == b"typed\n"

@@ -48,11 +48,16 @@ def _exactly(read: Callable[[int], bytes], size: int) -> bytes:
     return data
 
 
+def repo_tags(attrs: dict[str, Any]) -> list[str]:
+    """An image's tags (its `RepoTags`), without the engine's `<none>:<none>` for none."""
+    return [t for t in attrs.get("RepoTags") or [] if isinstance(t, str) and t != "<none>:<none>"]
+
+
 class Image:
     def __init__(self, attrs: dict[str, Any]) -> None:
         self.attrs = attrs
         self.id = str(attrs.get("Id", ""))
-        self.tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
+        self.tags = repo_tags(attrs)
         self.labels = dict((attrs.get("Config") or {}).get("Labels") or {})
         layers = (attrs.get("RootFS") or {}).get("Layers")
         self.layers = [str(layer) for layer in layers] if isinstance(layers, list) else []
@@ -144,27 +149,25 @@ class Container:
     def logs(self, stream: bool = False, follow: bool = False) -> Any:
         """Both output streams as stored by the log driver: the bytes, or an iterator."""
         query = {"stdout": 1, "stderr": 1, "follow": int(follow), "timestamps": 0, "tail": "all"}
-        reply = self.api.stream("GET", self._path("logs"), query)
-        chunks = _closing(reply, (chunk for _, chunk in frames(reply.read, self.tty)))
+        chunks = self._output(self.api.stream("GET", self._path("logs"), query))
         return chunks if stream else b"".join(chunks)
 
     def attach(self, *, stdout: bool, stderr: bool, stream: bool, logs: bool) -> Iterator[bytes]:
         """The raw bytes the job writes to the streams asked for, from now on."""
         del stream  # always streamed
         query = {"stdout": int(stdout), "stderr": int(stderr), "stream": 1, "logs": int(logs)}
-        reply = self.api.stream("POST", self._path("attach"), query, upgrade=True)
-        return _closing(reply, (chunk for _, chunk in frames(reply.read, self.tty)))
+        return self._output(self.api.stream("POST", self._path("attach"), query, upgrade=True))
+
+    def _output(self, reply: Stream) -> Iterator[bytes]:
+        """The bytes of an output stream as they come (both streams as one); closed after."""
+        try:
+            yield from (chunk for _, chunk in frames(reply.read, self.tty))
+        finally:
+            reply.close()
 
     def attach_socket(self, params: dict[str, Any]) -> Stream:
         """One upgraded attach connection (stdin goes in with `sendall`)."""
         return self.api.stream("POST", self._path("attach"), params, upgrade=True)
-
-
-def _closing(reply: Stream, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    try:
-        yield from chunks
-    finally:
-        reply.close()
 
 
 def create(api: Transport, name: str, body: dict[str, Any]) -> str:

@@ -79,6 +79,10 @@ def path_of(template: str, *args: str) -> str:
     return template.format(*(quote(arg, safe=":") for arg in args))
 
 
+def _target(path: str, query: Query) -> str:
+    return path + ("?" + urlencode(query) if query else "")
+
+
 def api_error(status: int, raw: bytes) -> ApiError:
     text = raw.decode("utf-8", "replace")
     try:
@@ -241,14 +245,10 @@ class HttpTransport:
         """One request; its JSON answer (None when empty). `timeout` None: no read limit."""
         limit = self.timeout if timeout is ... else timeout
         data = None if body is None else json.dumps(body).encode()
-        target = path + ("?" + urlencode(query) if query else "")
         try:
-            answer, sock = self._open(method, target, data, Deadline(limit), False)
-            try:
+            answer, sock = self._open(method, _target(path, query), data, Deadline(limit), False)
+            with sock, answer:
                 raw = _body(answer)
-            finally:
-                answer.close()
-                sock.close()
         except _FAILURES as err:
             raise self._failure(err, limit) from None
         return decode(answer.status, raw)
@@ -257,17 +257,12 @@ class HttpTransport:
         """An answer to read as it comes: its head (and an error's body) within the call
         timeout, as the SDK waits for it, then without a read limit (it lasts as long as the
         job). `upgrade`: attach, the connection then carries the job's streams both ways."""
-        target = path + ("?" + urlencode(query) if query else "")
         deadline = Deadline(self.timeout)
         try:
-            answer, sock = self._open(method, target, None, deadline, upgrade)
-            try:
-                if answer.status >= 400:
+            answer, sock = self._open(method, _target(path, query), None, deadline, upgrade)
+            if answer.status >= 400:
+                with sock, answer:
                     raise api_error(answer.status, _body(answer)[:_ERROR_LIMIT])
-            except BaseException:
-                answer.close()
-                sock.close()
-                raise
         except _FAILURES as err:
             raise self._failure(err, self.timeout) from None
         deadline.lift()
@@ -304,7 +299,17 @@ class SocketStream:
         self.sock.close()
 
 
-class _BodyStream:
+class AnswerStream:
+    """A streamed answer that is not an attach: it takes no input."""
+
+    def sendall(self, data: bytes) -> None:
+        raise OSError("not an attach stream")
+
+    def shutdown_write(self) -> None:
+        pass
+
+
+class _BodyStream(AnswerStream):
     """A streamed answer (logs): a connection that breaks is the engine's failure, never an
     OSError a caller would take for its own ("cannot write output")."""
 
@@ -321,12 +326,6 @@ class _BodyStream:
         if not data and self.answer.length:  # cut short of its Content-Length
             raise stalled(self.host, False, None)
         return data
-
-    def sendall(self, data: bytes) -> None:
-        raise OSError("not an attach stream")
-
-    def shutdown_write(self) -> None:
-        pass
 
     def close(self) -> None:
         self.answer.close()

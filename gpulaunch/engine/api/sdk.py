@@ -17,6 +17,7 @@ from typing import Any
 from gpulaunch.engine.api.address import Address
 from gpulaunch.engine.api.http import (
     BODY_LIMIT,
+    AnswerStream,
     Limit,
     Query,
     SocketStream,
@@ -141,7 +142,7 @@ class SdkTransport:
         return _Chunks(response)
 
 
-class _Chunks:
+class _Chunks(AnswerStream):
     def __init__(self, response: Any) -> None:
         self.response = response
         self.chunks = response.iter_content(chunk_size=None)
@@ -152,12 +153,6 @@ class _Chunks:
             self.pending = next(self.chunks, b"")
         data, self.pending = self.pending[:size], self.pending[size:]
         return bytes(data)
-
-    def sendall(self, data: bytes) -> None:
-        raise OSError("not an attach stream")
-
-    def shutdown_write(self) -> None:
-        pass
 
     def close(self) -> None:
         self.response.close()
