@@ -110,10 +110,7 @@ class LazyCommands(MutableMapping[str, Any]):
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
-            command = _build(name)
-            if command is None:
-                raise KeyError(name)
-            self._built[name] = command
+            self._built[name] = _build(name)
         return self._built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -133,9 +130,7 @@ class LazyCommands(MutableMapping[str, Any]):
 
 
 def _build(name: str) -> Any:
-    """The click command `name` as typer's own group build makes it (None: not a command)."""
-    if name not in COMMANDS:
-        return None
+    """The click command `name` as typer's own group build makes it (KeyError: not a command)."""
     importlib.import_module(f"gpulaunch.cli.{COMMANDS[name][0]}")
     short, mode = app.pretty_exceptions_short, app.rich_markup_mode
     for info in app.registered_commands:
@@ -149,7 +144,7 @@ def _build(name: str) -> Any:
                 suggest_commands=app.suggest_commands,
                 rich_markup_mode=mode,
             )
-    return None
+    raise KeyError(name)
 
 
 _THEME = {

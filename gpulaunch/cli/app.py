@@ -17,14 +17,15 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from gpulaunch import __version__
-from gpulaunch.cli.common import STATE, echo_err
+from gpulaunch.cli.common import echo_err, handle_errors
 from gpulaunch.errors import ConfigError, ExitCode
 
 
 class _Group(TyperGroup):
     """Usage errors (bad flag values, missing arguments) as one `gpulaunch: error:` line with
-    exit 2, like every other bad input, instead of click's multi-line box. Commands are built
-    on demand and the top-level help is printed from a table (gpulaunch/cli/__init__.py)."""
+    exit 2, like every other bad input, instead of click's multi-line box; every command's
+    domain errors mapped once, around `invoke` (common.handle_errors). Commands are built on
+    demand and the top-level help is printed from a table (gpulaunch/cli/__init__.py)."""
 
     def __init__(self, **attrs: Any) -> None:
         from gpulaunch.cli import LazyCommands
@@ -42,6 +43,10 @@ class _Group(TyperGroup):
 
         if not root_help(self, ctx):
             super().format_help(ctx, formatter)
+
+    def invoke(self, ctx: Any) -> Any:
+        with handle_errors(debug=ctx.params.get("debug", False)):
+            return super().invoke(ctx)
 
     def main(  # type: ignore[override]
         self,
@@ -83,7 +88,6 @@ app = typer.Typer(
     cls=_Group,
     help="Build checked PyTorch GPU images and launch training in them.",
     no_args_is_help=True,
-    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -129,7 +133,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: Annotated[
+    debug: Annotated[  # read from ctx.params by _Group.invoke
         bool, typer.Option("--debug", help="Show Python tracebacks for errors.")
     ] = False,
     version: Annotated[
@@ -140,7 +144,6 @@ def _root(
     ] = False,
 ) -> None:
     """Build checked PyTorch GPU images and launch training in them."""
-    STATE.debug = debug
 
 
 ConfigOpt = Annotated[
@@ -240,21 +243,18 @@ def main() -> None:
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
-def _plain(annotation: Any) -> tuple[Any, bool]:
-    """(the type without `| None`, whether None was allowed)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return annotation, False
+def _plain(annotation: Any) -> Any:
+    """The type without `| None`."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return args[0] if union and len(args) == 1 else annotation
 
 
 def fast_value(annotation: Any, info: Any, value: Any) -> tuple[bool, Any]:
     """(True, converted) when the simple rules convert `value` as typer's adapter would
     (`info`: the parameter's typer ParameterInfo; a ranged int is converted inside its range
     only, so every refusal and clamp stays typer's)."""
-    kind, _ = _plain(annotation)
+    kind = _plain(annotation)
     if kind is str and type(value) is str:
         return True, value
     if kind is bool and type(value) is bool:

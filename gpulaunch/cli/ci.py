@@ -28,13 +28,12 @@ from gpulaunch.cli.app import (
     app,
     job_words,
 )
-from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine, print_table
+from gpulaunch.cli.common import echo_err, load_project, make_engine, print_table
 from gpulaunch.cli.image import build_with_progress
 from gpulaunch.errors import ExitCode
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
-@handle_errors
 def smoke(
     ctx: typer.Context,
     script: ScriptArg = None,
@@ -131,7 +130,7 @@ def smoke(
 
         if gpus == "auto" and not as_json:
             typer.echo("# smoke: --gpus auto picks the GPUs at run time; shown: the CPU fallback")
-        show_dry_run(spec, as_json, False)
+        show_dry_run(spec, as_json)
         return
     out = sys.stderr.buffer if as_json else sys.stdout.buffer
     jobio = JobIO(out, sys.stderr.buffer, echo_err, build_with_progress)
@@ -161,17 +160,13 @@ def _finish(result: Any, as_json: bool, junit_path: Path | None) -> None:
         from gpulaunch.masking import mask_data
 
         typer.echo(json.dumps(mask_data(result.to_json()), indent=2))
-    code = result.exit_code
-    if result.outcome == "timeout":
-        code = int(ExitCode.TIMEOUT)
-    raise typer.Exit(code)
+    raise typer.Exit(int(ExitCode.TIMEOUT) if result.outcome == "timeout" else result.exit_code)
 
 
 _MARKS = {"ok": "✓", "warn": "!", "fail": "✗"}
 
 
 @app.command()
-@handle_errors
 def doctor(
     config: ConfigOpt = None,
     sets: SetOpt = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, EnvOpt, NcclOpt, PrecisionOpt, ProfileOpt, app
-from gpulaunch.cli.common import echo_err, handle_errors, load_project, print_warnings
+from gpulaunch.cli.common import echo_err, load_project, print_warnings
 
 export_app = typer.Typer(
     help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
@@ -89,7 +89,6 @@ def _export(given: dict[str, Any], to: str) -> Any:
 
 
 @export_app.command("k8s")
-@handle_errors
 def export_k8s_cmd(
     script: ScriptArg,
     args: ArgsArg = None,
@@ -115,7 +114,6 @@ def export_k8s_cmd(
 
 
 @export_app.command("slurm")
-@handle_errors
 def export_slurm_cmd(
     script: ScriptArg,
     args: ArgsArg = None,
@@ -143,7 +141,6 @@ def export_slurm_cmd(
 
 
 @submit_app.command("k8s")
-@handle_errors
 def submit_k8s_cmd(
     script: ScriptArg,
     args: ArgsArg = None,
@@ -180,7 +177,6 @@ def submit_k8s_cmd(
 
 
 @submit_app.command("slurm")
-@handle_errors
 def submit_slurm_cmd(
     script: ScriptArg,
     args: ArgsArg = None,

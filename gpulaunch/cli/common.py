@@ -9,27 +9,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
 import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import typer
 
 from gpulaunch.errors import ExitCode, GpulaunchError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _State:
-    debug = False
-
-
-STATE = _State()
 
 
 def echo_err(message: str) -> None:
@@ -41,40 +31,38 @@ def echo_err(message: str) -> None:
     typer.echo(mask(shown(message)), err=True)
 
 
-def handle_errors(fn: F) -> F:
-    """Map GpulaunchError to its exit code with a one-line message; tracebacks only with --debug."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except typer.Exit:
+@contextlib.contextmanager
+def handle_errors(debug: bool) -> Iterator[None]:
+    """Map GpulaunchError to its exit code with a one-line message; tracebacks only with --debug.
+    Around the root group's invoke (app.py), so every command's errors are mapped here once;
+    click's own (usage errors, exit, abort) pass through to the group's main."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, typer.TyperException):
+        raise
+    except GpulaunchError as err:
+        if debug:
+            traceback.print_exc()
+        echo_err(f"gpulaunch: error: {err.message}")
+        if err.hint:
+            echo_err(f"hint: {err.hint}")
+        raise typer.Exit(int(err.exit_code)) from None
+    except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
+        raise typer.Exit(0) from None
+    except KeyboardInterrupt:
+        echo_err("gpulaunch: interrupted")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except Exception as err:
+        if debug:
             raise
-        except GpulaunchError as err:
-            if STATE.debug:
-                traceback.print_exc()
-            echo_err(f"gpulaunch: error: {err.message}")
-            if err.hint:
-                echo_err(f"hint: {err.hint}")
-            raise typer.Exit(int(err.exit_code)) from None
-        except BrokenPipeError:  # `gpulaunch ... | head`: the reader left; not an error
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at interpreter exit
-            raise typer.Exit(0) from None
-        except KeyboardInterrupt:
-            echo_err("gpulaunch: interrupted")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except Exception as err:
-            if STATE.debug:
-                raise
-            mapped = _outside_error(err)
-            if mapped is not None:
-                message, code = mapped
-                echo_err(f"gpulaunch: error: {message}")
-                raise typer.Exit(int(code)) from None
-            echo_err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
-            raise typer.Exit(int(ExitCode.FAILURE)) from None
-
-    return wrapper  # type: ignore[return-value]
+        mapped = _outside_error(err)
+        if mapped is not None:
+            message, code = mapped
+            echo_err(f"gpulaunch: error: {message}")
+            raise typer.Exit(int(code)) from None
+        echo_err(f"gpulaunch: internal error: {type(err).__name__}: {err} (rerun with --debug)")
+        raise typer.Exit(int(ExitCode.FAILURE)) from None
 
 
 def _outside_error(err: Exception) -> tuple[str, ExitCode] | None:
@@ -156,6 +144,7 @@ def print_table(
     console.print(table, crop=not wide)
 
 
+@dataclasses.dataclass(eq=False)
 class StatusLine:
     """The live GPU line on a terminal's stderr, redrawn in place (`\\r`, erase line).
 
@@ -163,10 +152,9 @@ class StatusLine:
     the two never share a line. Off a terminal (piped, a file, TERM=dumb) there is none.
     """
 
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.text = ""
-        self.lock = threading.RLock()
+    stream: Any
+    text: str = ""
+    lock: Any = dataclasses.field(default_factory=threading.RLock)
 
     @staticmethod
     def wanted(no_status: bool) -> bool:

@@ -17,36 +17,30 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, NetworkOpt, SetOpt, app
-from gpulaunch.cli.common import (
-    echo_err,
-    handle_errors,
-    load_project,
-    make_engine,
-    print_warnings,
-)
+from gpulaunch.cli.common import echo_err, load_project, make_engine, print_warnings
 from gpulaunch.errors import ConfigError
+
+# the init prompts: (choice, question, the answer that leaves it to detection)
+_QUESTIONS = (
+    ("torch", "PyTorch version (or none)", "latest"),
+    ("cuda", "CUDA (x.y, cpu, or auto)", "auto"),
+    ("python", "Python (x.y or auto)", "auto"),
+)
 
 
 def _ask(opts: Any) -> None:
     """The init prompts (a TTY only): each answer fills one choice of the init options."""
     from rich.prompt import Prompt
 
-    opts.torch = Prompt.ask("PyTorch version (or none)", default=opts.torch or "latest")
-    if opts.torch == "latest":
-        opts.torch = None
-    opts.cuda = Prompt.ask("CUDA (x.y, cpu, or auto)", default=opts.cuda or "auto")
-    if opts.cuda == "auto":
-        opts.cuda = None
-    opts.python = Prompt.ask("Python (x.y or auto)", default=opts.python or "auto")
-    if opts.python == "auto":
-        opts.python = None
+    for name, question, detect in _QUESTIONS:
+        answer = Prompt.ask(question, default=getattr(opts, name) or detect)
+        setattr(opts, name, None if answer == detect else answer)
     opts.flavor = Prompt.ask(
         "Image flavor", choices=["runtime", "devel", "ngc", "cpu"], default=opts.flavor or "runtime"
     )
 
 
 @app.command()
-@handle_errors
 def init(
     directory: Annotated[Path, typer.Argument(help="Project folder.")] = Path("."),
     yes: Annotated[
@@ -64,7 +58,7 @@ def init(
         bool,
         typer.Option(help="Ask the index what exactly pinned dependencies require of torch."),
     ] = False,
-    entry: Annotated[
+    entries: Annotated[
         list[str] | None,
         typer.Option(
             "--entry",
@@ -85,27 +79,13 @@ def init(
 
     Names each import of the entry points (--entry) that no dependency provides, with its
     file:line; --add-missing installs them from requirements-gpulaunch.txt."""
+    choices = {k: v for k, v in locals().items() if k != "yes"}  # named as InitOptions' fields
     from gpulaunch.image.init import InitOptions, run_init
 
-    interactive = not yes
-    if interactive and not sys.stdin.isatty():
+    if not yes and not sys.stdin.isatty():
         raise ConfigError("init: stdin is not a terminal; pass --yes (with --torch/--cuda/...)")
-    result = run_init(
-        InitOptions(
-            directory=directory,
-            torch=torch,
-            cuda=cuda,
-            python=python,
-            flavor=flavor,
-            name=name,
-            force=force,
-            check_pins=check_pins,
-            entries=entry,
-            add_missing=add_missing,
-            ask=_ask if interactive else None,
-            env=dict(os.environ),  # NVML: the driver and GPUs choose the default build
-        )
-    )
+    # env: NVML, the driver and GPUs choose the default build
+    result = run_init(InitOptions(**choices, ask=None if yes else _ask, env=dict(os.environ)))
     for note in result.notes:
         echo_err(note)
     warn_if_stale()
@@ -118,7 +98,6 @@ def init(
 
 
 @app.command()
-@handle_errors
 def render(
     config: ConfigOpt = None,
     output: Annotated[
@@ -163,7 +142,6 @@ def builder_choice(builder: str | None) -> str:
 
 
 @app.command()
-@handle_errors
 def versions(
     torch: Annotated[str | None, typer.Option(help="Only this PyTorch version.")] = None,
     cuda: Annotated[str | None, typer.Option(help="Only this CUDA version.")] = None,
@@ -184,7 +162,6 @@ def versions(
 
 
 @app.command()
-@handle_errors
 def schema() -> None:
     """Print the JSON Schema of gpulaunch.yaml (for editors)."""
     from gpulaunch.config import json_schema
@@ -192,7 +169,6 @@ def schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-PROGRESS_MODES = ("auto", "plain", "quiet")
 ProgressOpt = Annotated[
     str,
     typer.Option(
@@ -204,7 +180,7 @@ ProgressOpt = Annotated[
 
 
 def check_progress(progress: str) -> str:
-    if progress not in PROGRESS_MODES:
+    if progress not in ("auto", "plain", "quiet"):
         raise ConfigError(f"--progress: {progress!r} is not auto, plain or quiet")
     return progress
 
@@ -253,10 +229,11 @@ def build_with_progress(
                     err.log_tail, markup=False, highlight=False, soft_wrap=True
                 )
             raise
+    if mode == "quiet":
+        return outcome
     if outcome.cached:
-        if mode != "quiet":
-            echo_err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
-    elif mode != "quiet":
+        echo_err(f"image {outcome.tag} is up to date (cached; --rebuild to force)")
+    else:
         size = f", {_human_size(outcome.size)}" if outcome.size is not None else ""
         echo_err(
             f"built {outcome.tag} with {outcome.builder} in {outcome.seconds:.1f}s{size}; "
@@ -268,15 +245,14 @@ def build_with_progress(
 def _human_size(size: int) -> str:
     """Decimal units, as `docker image ls` shows sizes."""
     value = float(size)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
+    for unit in ("B", "kB", "MB"):
+        if value < 1000:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} GB"
 
 
 @app.command()
-@handle_errors
 def build(
     config: ConfigOpt = None,
     network: NetworkOpt = None,
@@ -312,7 +288,7 @@ def build(
 
     check_network(network)
     check_progress(progress)
-    if import_check not in IMPORT_CHECKS:
+    if import_check not in ("warn", "fail", "off"):
         raise ConfigError(f"--import-check: {import_check!r} is not warn, fail or off")
     ref = None
     if push is not None:
@@ -370,9 +346,6 @@ def build(
         typer.echo(pushed.reference)
 
 
-IMPORT_CHECKS = ("warn", "fail", "off")
-
-
 def _import_check(cfg: Any, project: Path, tag: str, engine: Any, strict: bool) -> None:
     """A new image's check (ci.imports): what it says goes to stderr. A module that fails
     to import is the project's omission, and the image is built and usable for everything
@@ -417,7 +390,6 @@ def warn_if_stale() -> None:
 
 
 @catalog_app.command("update")
-@handle_errors
 def update(
     output: Annotated[
         Path | None,

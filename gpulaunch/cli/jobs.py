@@ -37,7 +37,6 @@ from gpulaunch.cli.app import (
 from gpulaunch.cli.common import (
     echo_err,
     exit_with,
-    handle_errors,
     load_project,
     make_engine,
     print_table,
@@ -50,7 +49,6 @@ from gpulaunch.errors import ConfigError
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
-@handle_errors
 def run(
     ctx: typer.Context,
     script: ScriptArg = None,
@@ -152,7 +150,7 @@ def run(
     cfg, project = load_project(config, sets, write_cache=not dry_run)
     spec = JobSpec(cfg, project, Path.cwd(), opts, config_file=config, rebuild=rebuild, price=price)
     if dry_run:  # only what the flags say: a dry run's output must not depend on its stdin
-        show_dry_run(spec, as_json, detach, (bool(interactive), bool(tty)))
+        show_dry_run(spec, as_json, (bool(interactive), bool(tty)))
         return
     _launch(spec, interactive, tty, progress, no_status=no_status)
 
@@ -190,9 +188,7 @@ def _launch(
     exit_with(job, detach)
 
 
-def show_dry_run(
-    spec: Any, as_json: bool, detach: bool, interactive: tuple[bool, bool] = (False, False)
-) -> None:
+def show_dry_run(spec: Any, as_json: bool, interactive: tuple[bool, bool] = (False, False)) -> None:
     """Print the plan (and, for containers, the build and `docker run` lines); no daemon."""
     from gpulaunch.engine.buildspec import Builder
     from gpulaunch.image.build import BuildOptions, dry_run_text, prepare_build
@@ -228,11 +224,10 @@ def show_dry_run(
         typer.echo("# build (skipped when the tag exists)")
         typer.echo(dry_run_text(prepared, cli), nl=False)
         typer.echo("# run")
-    typer.echo(run_line(plan, detach))
+    typer.echo(run_line(plan, spec.opts.detach))
 
 
 @app.command()
-@handle_errors
 def ps(
     all_states: Annotated[bool, typer.Option("--all", "-a", help="Include exited ones.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -273,7 +268,6 @@ def _check_ident(ident: str) -> None:
 
 
 @app.command()
-@handle_errors
 def logs(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
@@ -291,7 +285,6 @@ def logs(
 
 
 @app.command()
-@handle_errors
 def stop(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Container name or id.")],
     timeout: Annotated[
@@ -321,7 +314,6 @@ DEFAULT_SHELL = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
-@handle_errors
 def shell(
     ctx: typer.Context,
     config: ConfigOpt = None,

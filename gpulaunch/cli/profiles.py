@@ -10,12 +10,11 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, app
-from gpulaunch.cli.common import handle_errors, print_warnings
+from gpulaunch.cli.common import print_warnings
 
 profiles_app = typer.Typer(
     help="Launch profiles: list them, or show one resolved with the source of each value.",
     invoke_without_command=True,
-    no_args_is_help=False,
 )
 
 
@@ -35,7 +34,6 @@ def _optional_config(config: Path | None) -> Any:
 
 
 @profiles_app.callback()
-@handle_errors
 def profiles_list(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """List built-in profiles and those in gpulaunch.yaml."""
     if ctx.invoked_subcommand is not None:
@@ -52,7 +50,6 @@ def profiles_list(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
 
 @profiles_app.command("show")
-@handle_errors
 def profiles_show(
     name: Annotated[str, typer.Argument(help="Profile name.")],
     config: ConfigOpt = None,

@@ -11,11 +11,10 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, app
-from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine
+from gpulaunch.cli.common import echo_err, load_project, make_engine
 
 
 @app.command()
-@handle_errors
 def prune(
     config: ConfigOpt = None,
     keep: Annotated[

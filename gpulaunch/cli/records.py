@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from typing import Annotated, Any
@@ -10,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import AFTER_DASHDASH, ConfigOpt, RunCommand, app
-from gpulaunch.cli.common import echo_err, handle_errors, load_project, make_engine, print_table
+from gpulaunch.cli.common import echo_err, load_project, make_engine, print_table
 
 
 class _LazyEngine:
@@ -18,28 +19,28 @@ class _LazyEngine:
     engine is reached only when a running record needs checking (most histories have
     none, and connecting imports the docker SDK)."""
 
-    def __init__(self) -> None:
-        self.engine: Any = None
-        self.failed = False
+    @functools.cached_property
+    def engine(self) -> Any:
+        """The engine, or None (said once) when it does not answer."""
+        from gpulaunch.errors import GpulaunchError
+
+        try:
+            engine = make_engine()
+            engine.client()
+        except GpulaunchError as err:
+            echo_err(f"warning: cannot check running records against the engine: {err.message}")
+            return None
+        return engine
 
     def find_leftover(self, name: str, run_id: str) -> Any:
-        from gpulaunch.errors import EngineError, GpulaunchError
+        from gpulaunch.errors import EngineError
 
-        if self.engine is None and not self.failed:
-            try:
-                engine = make_engine()
-                engine.client()
-                self.engine = engine
-            except GpulaunchError as err:
-                self.failed = True
-                echo_err(f"warning: cannot check running records against the engine: {err.message}")
         if self.engine is None:
             raise EngineError("no engine")
         return self.engine.find_leftover(name, run_id)
 
 
 @app.command()
-@handle_errors
 def history(
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -79,7 +80,6 @@ def history(
 
 
 @app.command(cls=RunCommand, context_settings={"ignore_unknown_options": True})
-@handle_errors
 def rerun(
     ctx: typer.Context,
     ident: Annotated[str, typer.Argument(metavar="ID", help="Run id (see `gpulaunch history`).")],
@@ -114,7 +114,7 @@ def rerun(
     current, project = load_project(config)
     record = load(project, ident)
     extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
-    spec = rerun_spec(record, current, extra, here=project)
+    spec = rerun_spec(record, current, extra, project)
     spec.rebuild = rebuild
     host = spec.opts.no_container
     if current_code and host:
@@ -163,7 +163,6 @@ def _note_changed_command(ident: str, command: list[str], plan: Any, extra: list
 
 
 @app.command()
-@handle_errors
 def explain(
     target: Annotated[
         str, typer.Argument(metavar="RUN_ID|LOGFILE", help="A run id or a job's log file.")

@@ -97,8 +97,8 @@ def start_job(
     job: Job,
     io: JobIO,
     engine: Callable[[], Any],
-    observers: Sequence[Observer] = (),
-    how: Start | None = None,
+    observers: Sequence[Observer],
+    how: Start,
 ) -> Job:
     """Image, start, supervise, record: the job as it ended (`job.code`), or as it started
     (`job.container`) with `how.detach`. A --no-container job asks no engine (`engine` is only
@@ -107,7 +107,6 @@ def start_job(
     from gpulaunch.engine.supervise import start
     from gpulaunch.errors import GpulaunchError
 
-    how = how or Start()
     client = None if job.spec.opts.no_container else engine()  # one client for image and run
     try:
         if client is not None:

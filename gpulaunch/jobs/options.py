@@ -41,14 +41,9 @@ _LINE_FLAGS = [
 def _typed(value: Any, kind: str) -> bool:
     if value is None:
         return kind.endswith("?")
-    base = kind.rstrip("?")
-    if base == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base == "bool":
-        return isinstance(value, bool)
-    if base == "str":
-        return isinstance(value, str)
-    return base == "list" and isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "list":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return type(value) is {"int": int, "bool": bool, "str": str}[kind.rstrip("?")]
 
 
 def options_from_flags(given: dict[str, Any], **fixed: Any) -> RunOptions:

@@ -135,15 +135,9 @@ def _text_field(record: RunRecord, name: str) -> str | None:
     return value
 
 
-def rerun_spec(
-    record: RunRecord,
-    current_cfg: Any,
-    extra: list[str],
-    environ: Mapping[str, str] | None = None,
-    here: Path | None = None,
-) -> Any:
+def rerun_spec(record: RunRecord, current_cfg: Any, extra: list[str], here: Path) -> Any:
     """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args,
-    in the project `here` (where the record was found; default: the recorded one).
+    in the project `here` (where the record was found).
 
     The record is data: its options go through the checks `run` makes on its flags
     (jobs/options.py), its config through the config file's validation, its price through
@@ -153,9 +147,7 @@ def rerun_spec(
     from gpulaunch.jobs.execute import JobSpec
     from gpulaunch.jobs.options import check_options, check_price, options_from_record
 
-    environ = os.environ if environ is None else environ
-    current = current_cfg.model_dump(mode="json") if current_cfg is not None else {}
-    config = _unmask(record.config, current, "config")
+    config = _unmask(record.config, current_cfg.model_dump(mode="json"), "config")
     try:
         cfg = validate_data(config, "the recorded config")
     except ConfigError as err:
@@ -163,7 +155,7 @@ def rerun_spec(
             f"rerun: the recorded config is not valid any more: {err.message}"
         ) from None
     opts = _checked(options_from_record, record.options)
-    opts.env = _env_flags(list(opts.env), environ)
+    opts.env = _env_flags(list(opts.env), os.environ)
     _refuse_masked({k: v for k, v in vars(opts).items() if k != "env"}, "options")
     _checked(check_options, opts)
     if (record.mode == "host") != opts.no_container:
@@ -172,20 +164,17 @@ def rerun_spec(
             f"options.no_container ({opts.no_container})"
         )
     price = _checked(check_price, record.price_per_gpu_hour, "price_per_gpu_hour")
-    if extra:
-        if opts.command:
-            opts.command = [*opts.command, *extra]
-        else:
-            opts.args = [*opts.args, *extra]
-    recorded_project = _text_field(record, "project")
+    if opts.command:
+        opts.command = [*opts.command, *extra]
+    else:
+        opts.args = [*opts.args, *extra]
+    _text_field(record, "project")
     _text_field(record, "cwd")
     config_file = _text_field(record, "config_file")
-    project = Path(here) if here is not None else Path(str(recorded_project))
-    cwd = _same_place(record, project)
     return JobSpec(
         cfg,
-        project,
-        cwd,
+        here,
+        _same_place(record, here),
         opts,
         config_file=None if config_file is None else Path(config_file),
         price=price,
