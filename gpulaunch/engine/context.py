@@ -87,9 +87,6 @@ class Rule:
     exclusion: bool  # a `!pattern`
     regex: re.Pattern[str]
 
-    def text(self) -> str:
-        return ("!" if self.exclusion else "") + self.pattern
-
 
 def _compile(pattern: str, source: str) -> re.Pattern[str]:
     """Docker's translation of one cleaned pattern to a regular expression."""
@@ -178,18 +175,11 @@ def _glob_escape(rel: str) -> str:
 
 def excluded(rel: str, rules: list[Rule]) -> bool:
     """Docker's MatchesOrParentMatches: later rules win; a match on a parent folder counts."""
-    parents = rel.split("/")[:-1]
+    parts = rel.split("/")
+    paths = ["/".join(parts[: i + 1]) for i in range(len(parts))]  # its parents, then itself
     matched = False
     for rule in rules:
-        if rule.exclusion != matched:
-            continue
-        hit = rule.regex.match(rel) is not None
-        if not hit:
-            hit = any(
-                rule.regex.match("/".join(parents[: i + 1])) is not None
-                for i in range(len(parents))
-            )
-        if hit:
+        if rule.exclusion == matched and any(rule.regex.match(p) for p in paths):
             matched = not rule.exclusion
     return matched
 
@@ -330,11 +320,8 @@ def hash_entries(
                 key = stat_key(entry.rel, st) if st.st_size >= KNOWN_MIN_BYTES else ""
                 content = (known or {}).get(key) if key else None
                 if content is None:
-                    sha, size = hashlib.sha256(), 0
-                    for chunk in iter(lambda: fh.read(_CHUNK), b""):
-                        size += len(chunk)
-                        sha.update(chunk)
-                    content = sha.hexdigest()
+                    content = hashlib.file_digest(fh, "sha256").hexdigest()
+                    size = fh.tell()  # what was read: the stat may be outrun by a writer
                     settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS
                     if key and size == st.st_size and settled and learned is not None:
                         learned[key] = content  # (a change within the same tick: not learned)
@@ -350,7 +337,7 @@ def stat_key(rel: str, st: os.stat_result) -> str:
     return hashlib.sha256(f"{rel}\0{parts}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _open_entry(project: Path, entry: Entry) -> IO[bytes]:
+def _open_entry(project: Path, entry: Entry) -> io.BufferedReader:
     try:
         fd = os.open(project / entry.rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
@@ -491,7 +478,11 @@ def refuse_secrets(project: Path, entries: Iterable[Entry]) -> None:
     project folder) not audited as a real secret: it allows its own finding (file, hashed
     secret) and a shape finding on the line it lists.
     """
-    texts = {e.rel: text for e in entries if e.kind == "file" and (text := _text_of(project, e))}
+    texts = {
+        e.rel: data.decode("utf-8", "replace")
+        for e in entries
+        if e.kind == "file" and (data := _bytes_of(project, e))
+    }
     if texts:
         _refuse(_shapes(texts, _baseline(project)))
 
@@ -549,11 +540,6 @@ def _refuse(findings: list[Finding]) -> None:
         "a false positive: end the line with `# pragma: allowlist secret`, or record it in "
         f"{BASELINE} (`detect-secrets scan --all-files > {BASELINE}` in the project folder)",
     )
-
-
-def _text_of(project: Path, entry: Entry) -> str:
-    """The file's text, or "" for a binary or an oversized file (not scanned)."""
-    return _bytes_of(project, entry).decode("utf-8", "replace")
 
 
 def _bytes_of(project: Path, entry: Entry) -> bytes:

@@ -15,7 +15,7 @@ import re
 import shlex
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,13 +167,22 @@ def read_dockerignore(project: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
 
 
-def context_entries(project: Path, ignore: str, required: tuple[str, ...] = ()) -> list[Entry]:
+def context_entries(
+    project: Path,
+    ignore: str,
+    required: Sequence[str] = (),
+    never: Sequence[str] = (),
+    outputs: Sequence[str] = (),
+) -> list[Entry]:
     """What the engine receives: what git would publish (in a checkout), .dockerignore rules,
-    required files kept, config left out."""
+    required files kept, config, `never` and the output folders jobs write left out
+    (engine.context.effective_rules)."""
     from gpulaunch.outside.git import published
 
-    rules = effective_rules(parse_rules(ignore, str(project / ".dockerignore")), required)
-    return scan(project, rules, published(project), required)
+    user = parse_rules(ignore, str(project / ".dockerignore"))
+    rules = effective_rules(user, required, never, outputs)
+    entries = scan(project, rules, published(project), required)
+    return drop_bare_parents(entries, outputs)
 
 
 def image_hash(
@@ -240,7 +249,10 @@ class PreparedBuild:
     dockerfile: str
     request: BuildRequest
     tag: str
-    outputs: tuple[str, ...] = ()  # the output folders left out (tag cache: same rules)
+    # what chose the context, kept so the tag cache lists it again with the same rules
+    ignore: str = ""  # the effective .dockerignore text
+    never: tuple[str, ...] = ()  # _never_sent
+    outputs: tuple[str, ...] = ()  # the output folders left out
     known: Mapping[str, str] = field(default_factory=dict, repr=False)  # content digests
     learned: dict[str, str] = field(default_factory=dict, repr=False)  # read by this hash
     reads: PlanReads | None = field(default=None, repr=False)  # what the plan read
@@ -258,7 +270,6 @@ def prepare_build(
     `remember` (a build: the templates jinja2 compiled go to the user cache), writes nothing
     (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`). `planned`:
     the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
-    from gpulaunch.outside.git import published
     from gpulaunch.project.layout import output_folders
 
     plan: ImagePlan | CachedPlan
@@ -275,12 +286,10 @@ def prepare_build(
     ignore = read_dockerignore(project)
     args = build_args()
     never = _never_sent(config, project, opts)
-    user_rules = parse_rules(ignore, str(project / ".dockerignore"))
     # the folders jobs write that are not the project's code (project.layout.OUTPUT_FOLDERS):
     # left out of the context and the tag unless a `!` rule of the user brings one back
     outputs = output_folders(project)[0]
-    rules = effective_rules(user_rules, plan.required, never, outputs)
-    entries = drop_bare_parents(scan(project, rules, published(project), plan.required), outputs)
+    entries = context_entries(project, ignore, plan.required, never, outputs)
     sent = {e.rel for e in entries}
     for rel in plan.required:
         if rel not in sent and rel != ".":
@@ -302,30 +311,28 @@ def prepare_build(
         secrets=dict(plan.secrets),
         labels={MANAGED_LABEL: "true"},
         entries=tuple(place(entries, plan.inputs)),
-        ignore_rules=tuple(rule.text() for rule in rules),
     )
-    return PreparedBuild(plan, dockerfile, request, tag, tuple(outputs), known, learned, reads)
+    return PreparedBuild(
+        plan, dockerfile, request, tag, ignore, tuple(never), tuple(outputs), known, learned, reads
+    )
 
 
 def _never_sent(config: ProjectConfig, project: Path, opts: BuildOptions) -> list[str]:
-    """Project paths kept out of the context whatever the rules: --config's file, checkpoints."""
+    """Project paths kept out of the context whatever the rules: --config's file, and
+    launch.checkpoint_dir, which jobs write (in the context, every checkpoint would change
+    the image hash, and so rebuild)."""
     never = []
     if opts.config_file is not None:
         config_file = opts.config_file.resolve()
         if config_file.is_relative_to(project.resolve()):
             never.append(config_file.relative_to(project.resolve()).as_posix())
-    return never + _checkpoints_in(config, project)
-
-
-def _checkpoints_in(config: ProjectConfig, project: Path) -> list[str]:
-    """launch.checkpoint_dir inside the project: written by jobs, so never in the context
-    (it would change the image hash, and a rebuild, after every checkpoint)."""
     value = config.launch.checkpoint_dir
-    if value is None:
-        return []
-    path = Path(os.path.abspath(project / os.path.expanduser(value)))
-    root = Path(os.path.abspath(project))
-    return [path.relative_to(root).as_posix()] if path.is_relative_to(root) else []
+    if value is not None:
+        path = Path(os.path.abspath(project / os.path.expanduser(value)))
+        root = Path(os.path.abspath(project))
+        if path.is_relative_to(root):
+            never.append(path.relative_to(root).as_posix())
+    return never
 
 
 def dry_run_argv(prepared: PreparedBuild, cli: DockerCli | None) -> list[str]:
@@ -375,27 +382,24 @@ def run_build(
 ) -> BuildOutcome:
     from gpulaunch.image import tagcache
 
-    cache_key, hit = None, None
-    if not (opts.rebuild or opts.no_cache):
-        cache_key = _cache_key(config, project, engine, opts)
-        hit = tagcache.lookup(project, cache_key, config.name) if cache_key else None
-        if hit is not None and hit.tag is not None and engine.image_exists(hit.tag):
-            engine.tag(hit.tag, f"{config.name}:latest")  # nothing rendered or hashed
-            return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
+    forced = opts.rebuild or opts.no_cache
+    cache_key = "" if forced else tagcache.key(config, project, engine, opts)
+    hit = tagcache.lookup(project, cache_key, config.name) if cache_key else None
+    if hit is not None and hit.tag is not None and engine.image_exists(hit.tag):
+        engine.tag(hit.tag, f"{config.name}:latest")  # nothing rendered or hashed
+        return BuildOutcome(hit.tag, True, hit.plan.builder, hit.dockerfile, plan=hit.plan)
     builder: Builder = opts.builder or engine.builder_kind()
     remember_probes()  # a build may write caches: render and dry runs then skip the probe
     hashed_at = time.time()
-    planned = hit if hit is not None and hit.tag is None and hit.builder == builder else None
+    planned = hit if hit is not None and hit.tag is None and hit.plan.builder == builder else None
     prepared = prepare_build(config, project, builder, opts, remember=True, planned=planned)
     remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:
         if cache_key:
-            ignore, never = read_dockerignore(project), _never_sent(config, project, opts)
-            outputs = prepared.outputs
-            tagcache.store(project, cache_key, prepared, ignore, never, outputs, hashed_at)
+            tagcache.store(project, cache_key, prepared, hashed_at)
 
-    if not (opts.rebuild or opts.no_cache) and engine.image_exists(prepared.tag):
+    if not forced and engine.image_exists(prepared.tag):
         engine.tag(prepared.tag, f"{config.name}:latest")
         remember()
         return BuildOutcome(prepared.tag, True, builder, prepared.dockerfile, plan=prepared.plan)
@@ -417,7 +421,6 @@ def run_build(
 
         # a rebuild must not leave the image it replaces dangling (without --rebuild or
         # --no-cache, an image of this tag was just found missing)
-        forced = opts.rebuild or opts.no_cache
         previous = engine.image_id(prepared.tag) if forced else None
         try:
             engine.build(prepared.request, on_line, builder)
@@ -482,19 +485,3 @@ def scan_context(project: Path, entries: tuple[Entry, ...]) -> None:
     if clean - set(known):
         kept = [*sorted(clean), *(k for k in known if k not in clean)][:SCAN_CACHE_KEYS]
         write_cache(path, {"clean": kept}, root=cache_root())
-
-
-def _cache_key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:
-    """The tag cache's key ("" when the project's .dockerignore is unreadable: no cache,
-    and prepare_build reports the problem). It holds the effective .dockerignore text, the
-    default rules included where the project has none, so it is right whatever they depend on."""
-    from gpulaunch.image import tagcache
-
-    try:
-        ignore = read_dockerignore(project)
-    except ConfigError:
-        return ""
-    key_of_builder = () if opts.builder else engine.builder_key()
-    return tagcache.key(
-        config, project, opts.builder, key_of_builder, ignore, build_args(), opts.config_file
-    )

@@ -131,8 +131,7 @@ def run_init(opts: InitOptions) -> InitResult:
             python=opts.python,
             default_python=_default_python,
         )
-        picked = _for_host(opts, project, host, rows, choice) if host else None
-        if picked is not None and host is not None:
+        if host is not None and (picked := _for_host(opts, project, host, rows, choice)):
             row, choice = picked
             opts.cuda = row.cuda
             notes.append(_host_reason(host, row, project))

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from gpulaunch.engine.docker_api import MANAGED_LABEL, PROJECT_LABEL
+from gpulaunch.engine.docker_api import MANAGED_LABEL, PROJECT_LABEL, Engine
 from gpulaunch.errors import ConfigError
 
 DEFAULT_KEEP = 3
@@ -30,16 +30,6 @@ DEFAULT_NOTICE_BYTES = 10 * 1024**3
 _GL_TAG = re.compile(r"gl-[0-9a-f]{12}")  # image.build.prepare_build's tag
 _SIZE = re.compile(r"([0-9]{1,15})(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
-class PruneEngine(Protocol):
-    """What prune asks of the engine seam (engine.docker_api.Engine)."""
-
-    def managed_images(self) -> list[dict[str, Any]]: ...
-
-    def image_users(self) -> list[dict[str, str]]: ...
-
-    def remove_image(self, ref: str) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -179,7 +169,7 @@ def decide(
 
 
 def prune(
-    engine: PruneEngine,
+    engine: Engine,
     *,
     project: str | None,
     keep: int = DEFAULT_KEEP,
@@ -209,7 +199,7 @@ def prune(
     return report
 
 
-def _remove(engine: PruneEngine, decision: Decision) -> None:
+def _remove(engine: Engine, decision: Decision) -> None:
     """By id, so only this image can go. An image with several gl- tags (the same content
     built under two hashes) loses all but one first: the engine removes an id that several
     references name only when forced, and prune never forces."""
@@ -242,7 +232,7 @@ def notice_limit(env: Mapping[str, str]) -> int | None:
 
 
 def older_images_notice(
-    engine: PruneEngine, project: str, current_tag: str, env: Mapping[str, str]
+    engine: Engine, project: str, current_tag: str, env: Mapping[str, str]
 ) -> str | None:
     """The line `build` prints when the project's images other than `current_tag`'s take
     more than GPULAUNCH_PRUNE_NOTICE together (None: under it, or the notice is off)."""

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
 from gpulaunch.catalog import driver_rule
@@ -26,6 +26,7 @@ from gpulaunch.catalog.request import (
 )
 from gpulaunch.catalog.request import image_request as image_request  # its old home
 from gpulaunch.catalog.resolver import resolve
+from gpulaunch.engine.buildspec import Builder
 from gpulaunch.engine.context import CODE_DIR, context_path
 from gpulaunch.errors import ConfigError
 from gpulaunch.project import layout, pythonpath
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
     Archs = tuple[str, ...] | None
 
-Builder = Literal["buildkit", "classic"]
 WHEEL_MOUNT = "/opt/gpulaunch/find-links"
 
 
@@ -179,11 +179,6 @@ def _torch_install(
     return pins
 
 
-def _links_flags(config: ProjectConfig, links: list[dict[str, str]]) -> str:
-    flags = "".join(f" --find-links {link['target']}" for link in links)
-    return (" --no-index" + flags) if config.image.pip.no_index else flags
-
-
 def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> ImagePlan:
     """Resolve versions and compute the template context for one builder."""
     resolved = resolve(image_request(config))
@@ -220,13 +215,14 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     # the torch* the image installs and pins: the project's own pins on them are not installed
     owned = TORCH_FAMILY if resolved.flavor == "ngc" else [t.split("==")[0] for t in torch_install]
     entry = img.requirements
-    deps = (
-        _dependencies(project_dir, entry, required, archs, mounted, frozenset(owned))
-        if entry
-        else None
-    )
+    if entry:
+        deps = _dependencies(project_dir, entry, required, archs, mounted, frozenset(owned))
+    else:
+        deps = _Dependencies(None, [], [], [], [], [], "", pythonpath.import_paths(project_dir))
     check_image_env(dict(img.env))
-    links_flags = _links_flags(config, links)
+    links_flags = "".join(f" --find-links {link['target']}" for link in links)
+    if img.pip.no_index:
+        links_flags = " --no-index" + links_flags
     if img.pip.no_index or resolved.torch_index_url is None:
         torch_flags = links_flags
     else:
@@ -250,7 +246,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     needs_new_pip = (
         bool(torch_install)
         or _names_pytorch_index(config, project_dir, deps)
-        or (img.pip.no_index and deps is not None)
+        or (img.pip.no_index and bool(entry))
     )
     pip_upgrade, pip_note = _pip_upgrade(config, resolved, links, project_dir, needs_new_pip)
     apt, deadsnakes = _apt_packages(resolved, config)
@@ -263,7 +259,6 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         **{f"io.gpulaunch.{k}": v for k, v in companions.items() if v},
     }
     summary = summarize(resolved)
-    import_paths = deps.import_paths if deps else pythonpath.import_paths(project_dir)
     context: dict[str, Any] = {
         "driver_note": driver_note(resolved),
         "gl_version": __version__,
@@ -290,17 +285,16 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
         "torch_source_flags": torch_flags,
         "pip_cache_flag": "" if builder == "buildkit" else " --no-cache-dir",
         "find_links": links,
-        "requirements_file": deps.entry if deps else None,
+        "requirements_file": deps.entry,
         "requirement_copies": [
-            {**copy, "source": context_path(copy["source"], inputs)}
-            for copy in (deps.copies if deps else [])
+            {**copy, "source": context_path(copy["source"], inputs)} for copy in deps.copies
         ],
-        "requirement_edits": deps.edits if deps else [],
-        "dependencies": deps.inline if deps else [],
-        "local_installs": deps.local_installs if deps else [],
-        "local_builds": deps.local_builds if deps else [],
-        "build_env": deps.build_env if deps else "",
-        "python_path": ":".join(["/workspace", *(f"/workspace/{p}" for p in import_paths)]),
+        "requirement_edits": deps.edits,
+        "dependencies": deps.inline,
+        "local_installs": deps.local_installs,
+        "local_builds": deps.local_builds,
+        "build_env": deps.build_env,
+        "python_path": ":".join(["/workspace", *(f"/workspace/{p}" for p in deps.import_paths)]),
         "req_source_flags": req_flags,
         "pip_secrets": sorted(secrets),
         "pip_secret_vars": {sid: _SECRET_VARS[sid] for sid in secrets},
@@ -353,7 +347,7 @@ def _pip_upgrade(
     return {**step, "spec": f"pip=={wheel}"}, ""
 
 
-def _names_pytorch_index(config: ProjectConfig, project_dir: Path, deps: Any) -> bool:
+def _names_pytorch_index(config: ProjectConfig, project_dir: Path, deps: _Dependencies) -> bool:
     """Whether the requirements step reads the PyTorch index (config or an index line in a
     copied requirements file): old pip fails only there, so only then is it upgraded. Plain
     PyPI or a private index works with any pip, and may not serve pip itself."""
@@ -361,7 +355,7 @@ def _names_pytorch_index(config: ProjectConfig, project_dir: Path, deps: Any) ->
     urls = [pip.index_url or "", *pip.extra_index_urls]
     if any(PYTORCH_INDEX_HOST in url for url in urls):
         return True
-    for copy in deps.copies if deps else []:
+    for copy in deps.copies:
         text = (project_dir / copy["source"]).read_text(encoding="utf-8", errors="replace")
         if PYTORCH_INDEX_HOST in text:
             return True

@@ -33,14 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder
-from gpulaunch.engine.context import drop_bare_parents, effective_rules, parse_rules, scan
+from gpulaunch.errors import ConfigError
 from gpulaunch.fsio import read_cache, write_cache
+from gpulaunch.image.build import build_args, context_entries, read_dockerignore
 from gpulaunch.planreads import PlanReads
 from gpulaunch.project.layout import output_folders
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
     from gpulaunch.engine.context import Entry
+    from gpulaunch.engine.docker_api import Engine
+    from gpulaunch.image.build import BuildOptions, PreparedBuild
 
 CACHE_REL = ".gpulaunch/tag-cache.json"
 RACY_S = 2.0
@@ -68,7 +71,6 @@ class Hit:
     new tag, so the next code edit reuses the plan too)."""
 
     tag: str | None
-    builder: Builder
     dockerfile: str
     plan: CachedPlan
     reads: PlanReads | None = None
@@ -87,38 +89,30 @@ def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def key(
-    config: ProjectConfig,
-    project: Path,
-    builder: str | None,
-    builder_key: tuple[object, ...],
-    ignore: str,
-    args: dict[str, str],
-    config_file: Path | None,
-) -> str:
-    """Everything but the context entries that the tag depends on, hashed."""
-    from gpulaunch.catalog.overlay import overlay_paths
-    from gpulaunch.image.build import templates_dir
+def key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions) -> str:
+    """Everything but the context entries that the tag depends on, hashed ("" when the
+    project's .dockerignore is unreadable: no cache, and prepare_build reports the problem).
+    It holds the effective .dockerignore text, the default rules included where the project
+    has none, so it is right whatever they depend on."""
+    from gpulaunch.catalog.overlay import fingerprint, overlay_paths
+    from gpulaunch.image.build import templates_dir  # looked up now: tests replace it
 
-    overlays = []
-    for path in overlay_paths():
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        overlays.append((str(path), st.st_size, st.st_mtime_ns, st.st_ino))
+    try:
+        ignore = read_dockerignore(project)
+    except ConfigError:
+        return ""
     facts = {
         "v": __version__,
         "package": _tree_stat(_PACKAGE),
         "templates": _tree_stat(templates_dir()),
-        "overlays": overlays,
+        "overlays": fingerprint(overlay_paths()),  # as the catalog's own cache knows them
         "config": config.model_dump(mode="json"),
         "project": os.path.abspath(project),
-        "builder": builder or "auto",
-        "builder_key": repr(builder_key),
+        "builder": opts.builder or "auto",
+        "builder_key": repr(() if opts.builder else engine.builder_key()),
         "ignore": ignore,
-        "args": args,
-        "config_file": str(config_file.resolve()) if config_file is not None else None,
+        "args": build_args(),
+        "config_file": str(opts.config_file.resolve()) if opts.config_file is not None else None,
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("GPULAUNCH_")),
     }
     text = json.dumps(facts, sort_keys=True, default=str)
@@ -141,8 +135,6 @@ def _stats(project: Path, entries: Sequence[Entry]) -> list[list[Any]] | None:
 
 def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     """The cached tag when the key and every context entry's stat are what they were."""
-    from gpulaunch.outside.git import published
-
     try:  # a linked .gpulaunch is not followed, for reading either
         if not stat.S_ISDIR(os.lstat(project / ".gpulaunch").st_mode):
             return None
@@ -154,34 +146,27 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
     try:
         tag, builder, dockerfile = data["tag"], data["builder"], data["dockerfile"]
         required, never, ignore = data["required"], data["never"], data["ignore"]
-        outputs = data["outputs"]
+        outputs, fields, inputs = data["outputs"], data["resolved"], data.get("inputs", [])
         if not (
             isinstance(tag, str)
             and re.fullmatch(re.escape(name) + r":gl-[0-9a-f]{12}", tag)
             and builder in ("buildkit", "classic")
             and isinstance(dockerfile, str)
             and isinstance(ignore, str)
-            and all(isinstance(x, str) for x in [*required, *never, *outputs])
+            and isinstance(fields, dict)  # the resolved versions, by name
+            and all(isinstance(x, str) for x in [*required, *never, *outputs, *inputs, *fields])
         ):
             return None
         # an output folder that became code (or stopped being it) changes the rules
         if list(outputs) != output_folders(project)[0]:
             return None
-        user = parse_rules(ignore, str(project / ".dockerignore"))
-        rules = effective_rules(user, required, never, outputs)
-        entries = drop_bare_parents(scan(project, rules, published(project), required), outputs)
-        now = _stats(project, entries)
+        now = _stats(project, context_entries(project, ignore, required, never, outputs))
         reads = PlanReads.from_json(data.get("reads"))
         if now == data["entries"]:
             found: str | None = tag
         elif _code_edit(data["entries"], now) and reads is not None and reads.still_true(project):
             found = None
         else:
-            return None
-        fields, inputs = data["resolved"], data.get("inputs", [])
-        if not all(isinstance(x, str) for x in inputs):
-            return None
-        if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
             return None
         resolved = types.SimpleNamespace(
             **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
@@ -190,7 +175,7 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         return None
     kind: Builder = "buildkit" if builder == "buildkit" else "classic"  # checked above
     plan = CachedPlan(name, resolved, kind, tuple(required), tuple(inputs))
-    return Hit(found, kind, dockerfile, plan, reads)
+    return Hit(found, dockerfile, plan, reads)
 
 
 def _code_edit(before: object, now: list[list[Any]] | None) -> bool:
@@ -205,20 +190,11 @@ def _code_edit(before: object, now: list[list[Any]] | None) -> bool:
     return True
 
 
-def store(
-    project: Path,
-    cache_key: str,
-    prepared: Any,
-    ignore: str,
-    never: Sequence[str],
-    outputs: Sequence[str],
-    hashed_at: float,
-) -> None:
+def store(project: Path, cache_key: str, prepared: PreparedBuild, hashed_at: float) -> None:
     """Remember `prepared`'s tag, unless an entry changed too close to the hash to tell, and
     what its plan read (`prepared.reads`; a plan with build secrets is never reused: their
     values never reach a disk)."""
-    entries = list(prepared.request.entries)
-    stats = _stats(project, entries)
+    stats = _stats(project, prepared.request.entries)
     if stats is None:
         return
     limit = int((hashed_at - RACY_S) * 1e9)
@@ -230,9 +206,9 @@ def store(
         "builder": prepared.plan.builder,
         "dockerfile": prepared.dockerfile,
         "required": list(prepared.plan.required),
-        "never": list(never),
-        "outputs": list(outputs),
-        "ignore": ignore,
+        "never": list(prepared.never),
+        "outputs": list(prepared.outputs),
+        "ignore": prepared.ignore,
         "entries": stats,
         "resolved": _fields(prepared.plan.resolved),
         "inputs": list(prepared.plan.inputs),

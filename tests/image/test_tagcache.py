@@ -117,11 +117,11 @@ def test_nothing_changed_answers_from_the_cache_with_the_same_tag_and_versions(
     cfg = load_config(project / "gpulaunch.yaml")
     hit = tagcache.lookup(
         project,
-        build_mod._cache_key(cfg, project, Engine(), BuildOptions()),
+        tagcache.key(cfg, project, Engine(), BuildOptions()),
         "tc",  # type: ignore[arg-type]
     )
     truth = prepare_build(cfg, project, "buildkit", BuildOptions())
-    assert hit is not None and hit.builder == "buildkit"
+    assert hit is not None and hit.plan.builder == "buildkit"
     # what run records and smoke report, field by field
     assert vars(hit.plan.resolved) == dataclasses.asdict(truth.plan.resolved)
     assert hit.dockerfile == truth.dockerfile and hit.plan.required == truth.plan.required
@@ -195,9 +195,9 @@ def test_set_overrides_and_a_catalog_overlay_change_the_key(project: Path, tmp_p
     overlay.mkdir(parents=True)
     (overlay / "extra.yaml").write_text("version: 1\n")
     cfg = load_config(project / "gpulaunch.yaml")
-    before = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    before = tagcache.key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
     (overlay / "extra.yaml").write_text("version: 1\n# changed\n")
-    after = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    after = tagcache.key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
     assert before != after
 
 
@@ -270,12 +270,12 @@ def test_the_default_rules_are_part_of_the_key(
     """Without a .dockerignore the key holds the default rules as rendered for this project
     (whatever they come to depend on), not a marker."""
     cfg = load_config(project / "gpulaunch.yaml")
-    before = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    before = tagcache.key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
     monkeypatch.setattr(build_mod, "render_dockerignore", lambda: "*.md\n")
-    after = build_mod._cache_key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
+    after = tagcache.key(cfg, project, Engine(), BuildOptions())  # type: ignore[arg-type]
     assert before != after
     (project / ".dockerignore").write_text("*.md\n")
-    assert build_mod._cache_key(cfg, project, Engine(), BuildOptions()) == after  # type: ignore[arg-type]
+    assert tagcache.key(cfg, project, Engine(), BuildOptions()) == after  # type: ignore[arg-type]
 
 
 # -- a code edit reuses the plan: what the plan read still holds --------------------------------

@@ -121,7 +121,7 @@ def _key(project: Path, args: dict[str, Any]) -> str:
     cfg = load_config(project / "gpulaunch.yaml", args.get("sets", ()))
     opts = BuildOptions(builder=args.get("builder"), config_file=args.get("config_file"))
     engine = args.get("engine", Engine())
-    return build_mod._cache_key(cfg, project, engine, opts)  # type: ignore[arg-type]
+    return tagcache.key(cfg, project, engine, opts)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("change", list(PERTURBATIONS), ids=list(PERTURBATIONS))
