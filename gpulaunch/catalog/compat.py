@@ -5,6 +5,7 @@ CUDA/driver or GPU-architecture mismatch before anything is built or started (NV
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,15 +22,8 @@ from gpulaunch.catalog.data import (
     parse_xyz,
     version_key,
 )
-from gpulaunch.catalog.request import (
-    CudaReq,
-    ImageRequest,
-    MatrixRow,
-    ResolvedImage,
-    parse_cuda,
-    select_torch,
-)
-from gpulaunch.catalog.resolver import resolve_in
+from gpulaunch.catalog.request import ImageRequest, MatrixRow, ResolvedImage
+from gpulaunch.catalog.resolver import CudaReq, parse_cuda, resolve_in, select_torch
 from gpulaunch.engine import nvml
 from gpulaunch.errors import CatalogError, ConfigError
 
@@ -50,8 +44,6 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
             select_torch(cat, text)  # raises with the nearest versions
     wanted = parse_cuda(cat, cuda)
     rows: list[MatrixRow] = []
-    # one image's rule serves many rows: its branches are worked out once (by text)
-    branches: dict[tuple[str, str, bool], tuple[str, ...]] = {}
     for rel, patch in sorted(pairs, key=lambda pair: version_key(pair[1].torch), reverse=True):
         variants: list[Variant | None] = [*rel.variants, None]
         for variant in variants:
@@ -63,9 +55,6 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                 cat, ImageRequest(torch=patch.torch, cuda=variant.cuda if variant else "cpu")
             )
             rule = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
-            key = (rule.text, rule.source, rule.verified) if rule else ("", "", True)
-            if rule and key not in branches:
-                branches[key] = tuple(rule.branches())
             image = [
                 i
                 for i in cat.cuda_images
@@ -92,7 +81,7 @@ def matrix(torch: str | None = None, cuda: str | None = None) -> list[MatrixRow]
                     status=variant.status if variant else "stable",
                     confidence=max(confidences, key=CONFIDENCES.index),
                     driver_requirement=rule.text if rule else None,
-                    driver_branches=branches[key] if rule else (),
+                    driver_branches=tuple(rule.branches()) if rule else (),
                     origin=patch.origin or (variant.origin if variant else None) or rel.origin,
                     driver_verified=rule.verified if rule else True,
                     verified=UNVERIFIED not in confidences,
@@ -170,20 +159,14 @@ class HostGpus:
 
     def capabilities(self) -> list[str]:
         """The GPUs' distinct compute capabilities (`capability` of each)."""
-        out: list[str] = []
-        for i in range(len(self.names)):
-            cc = self.capability(i)
-            if cc and cc not in out:
-                out.append(cc)
-        return out
+        return [cc for cc in dict.fromkeys(map(self.capability, range(len(self.names)))) if cc]
 
     def describe(self) -> str:
         """One phrase: `driver 550.54.15, 2x NVIDIA H100 80GB HBM3 (sm_90)`."""
-        counts: dict[str, int] = {}
-        for i, name in enumerate(self.names):
-            cc = self.capability(i)
-            label = f"{name} (sm_{cc.replace('.', '')})" if cc else name
-            counts[label] = counts.get(label, 0) + 1
+        counts = Counter(
+            f"{name} (sm_{cc.replace('.', '')})" if (cc := self.capability(i)) else name
+            for i, name in enumerate(self.names)
+        )
         gpus = ", ".join(f"{n}x {label}" for label, n in counts.items())
         return f"driver {self.driver}, {gpus}"
 
@@ -221,7 +204,6 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
     if not host.driver or not host.names:
         return []
     ccs = host.capabilities()
-    brands: list[str | None] = list(dict.fromkeys(host.brands)) or [None]
     native: list[MatrixRow] = []
     forward: list[MatrixRow] = []
     for row in matrix() if rows is None else rows:
@@ -231,8 +213,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
             continue
         if not all(_supports(row.archs, row.cuda, cc) for cc in ccs):
             continue
-        rule = driver_rule.requirement_for(row.image, row.cuda)
-        verdicts = [driver_rule.host_can_run(rule, host.driver, b) for b in brands] if rule else []
+        verdicts = _verdicts(row.image, row.cuda, host)
         if not verdicts or not all(v.ok for v in verdicts):
             continue
         (forward if any(v.forward for v in verdicts) else native).append(row)
@@ -246,7 +227,11 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
 def driver_verdicts(resolved: ResolvedImage, host: HostGpus) -> list[driver_rule.Verdict]:
     """The image's driver rule evaluated once per distinct GPU brand of the host (one verdict
     with brand unknown when NVML gave none); [] for CPU images or an unknown driver."""
-    req = driver_rule.requirement_for(resolved.base_image, resolved.cuda)
+    return _verdicts(resolved.base_image, resolved.cuda, host)
+
+
+def _verdicts(image: str, cuda: str | None, host: HostGpus) -> list[driver_rule.Verdict]:
+    req = driver_rule.requirement_for(image, cuda)
     if req is None or not host.driver:
         return []
     brands: list[str | None] = list(dict.fromkeys(host.brands)) or [None]
@@ -274,10 +259,7 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
             )
     if resolved.cuda is None:
         return  # a CPU build runs no kernels on the GPUs it is given: no arch to check
-    seen: dict[tuple[str, str | None], None] = {}
-    for i in indices:
-        seen[(host.names[i], host.capability(i))] = None
-    for name, cc in seen:
+    for name, cc in dict.fromkeys((host.names[i], host.capability(i)) for i in indices):
         if cc and not supports_arch(resolved, cc):
             archs = " ".join(resolved.cuda_archs) or "its toolkit"
             raise ConfigError(

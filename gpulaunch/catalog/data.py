@@ -241,10 +241,9 @@ class _Node:
             return ()
         if not isinstance(value, list):
             raise _bad(f"{self.path}.{key}", "expected a list")
-        out = []
-        for i, item in enumerate(value):
-            out.append(_checked_text(item, f"{self.path}.{key}[{i}]", version))
-        return tuple(out)
+        return tuple(
+            _checked_text(item, f"{self.path}.{key}[{i}]", version) for i, item in enumerate(value)
+        )
 
     def confidence(self) -> str:
         value = self.opt_text("confidence") or "high"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,7 +72,6 @@ class Requirement:
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
-    requirement: Requirement
     driver: str
     brand: str | None
     needed: str | None  # driver every brand can use
@@ -115,20 +115,16 @@ def _data() -> dict[str, Any]:
             raise CatalogError(f"driver rules: missing {key}")
     for table in ("require_cuda", "ngc_require"):
         for name, req in (raw.get(table) or {}).items():
-            parse_requirement(str(req), f"{table} {name}", raw["datacenter_brands"])
+            parse_requirement(str(req), f"{table} {name}", tuple(raw["datacenter_brands"]))
     return raw
 
 
+@functools.lru_cache(maxsize=1024)  # the matrix asks for the same few rules hundreds of times
 def parse_requirement(
-    text: str, source: str = "requirement", datacenter: list[str] | None = None
+    text: str, source: str = "requirement", datacenter: tuple[str, ...] | None = None
 ) -> Requirement:
-    """Parse NVIDIA_REQUIRE_CUDA grammar; `brand=datacenter` expands to the datacenter list."""
-    return _parse_requirement(text, source, None if datacenter is None else tuple(datacenter))
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_requirement(text: str, source: str, datacenter: tuple[str, ...] | None) -> Requirement:
-    """Memoized (the matrix asks for the same few rules hundreds of times; results are frozen)."""
+    """Parse NVIDIA_REQUIRE_CUDA grammar (the result is frozen, so shared); `brand=datacenter`
+    expands to the datacenter list (driver_rules.yaml's unless given)."""
     alternatives: list[tuple[Condition, ...]] = []
     for word in text.split():
         conds: list[list[Condition]] = [[]]
@@ -141,7 +137,6 @@ def _parse_requirement(text: str, source: str, datacenter: tuple[str, ...] | Non
                 raise CatalogError(f"{source}: {key} needs a version; got {value!r}")
             if key == "brand" and value == "datacenter":
                 names = datacenter if datacenter is not None else _data()["datacenter_brands"]
-                names = list(names)
                 conds = [[*c, Condition("brand", "=", b)] for c in conds for b in names]
             else:
                 conds = [[*c, Condition(key, op, value)] for c in conds]
@@ -175,12 +170,6 @@ def cuda_image_requirement(cuda: str) -> Requirement:
     return _unverified(cuda, table, reported_rules())
 
 
-def reported_rules() -> dict[str, ReportedRule]:
-    """VERSION -> a rule seen only in secondary evidence (driver_rules.yaml
-    reported_require_cuda), with where it was seen and how sure that is."""
-    return dict(_reported())
-
-
 @dataclass(frozen=True)
 class ReportedRule:
     rule: str
@@ -189,25 +178,27 @@ class ReportedRule:
 
 
 @functools.cache
-def _reported() -> tuple[tuple[str, ReportedRule], ...]:
+def reported_rules() -> Mapping[str, ReportedRule]:
+    """VERSION -> a rule seen only in secondary evidence (driver_rules.yaml
+    reported_require_cuda), with where it was seen and how sure that is."""
     raw = _data().get("reported_require_cuda") or {}
     if not isinstance(raw, dict):
         raise CatalogError("driver rules: reported_require_cuda: expected a mapping")
-    out = []
+    out = {}
     for version, row in raw.items():
         where = f"driver rules: reported_require_cuda {version}"
         if not isinstance(row, dict) or set(row) != {"rule", "source", "confidence"}:
             raise CatalogError(f"{where}: expected rule, source and confidence")
         if row["confidence"] not in CONFIDENCES:
             raise CatalogError(f"{where}: confidence must be high, medium or low")
-        parse_requirement(str(row["rule"]), where, _data()["datacenter_brands"])
-        out.append(
-            (str(version), ReportedRule(str(row["rule"]), str(row["source"]), row["confidence"]))
-        )
-    return tuple(out)
+        parse_requirement(str(row["rule"]), where)
+        out[str(version)] = ReportedRule(str(row["rule"]), str(row["source"]), row["confidence"])
+    return out
 
 
-def _unverified(cuda: str, table: dict[str, str], reported: dict[str, ReportedRule]) -> Requirement:
+def _unverified(
+    cuda: str, table: dict[str, str], reported: Mapping[str, ReportedRule]
+) -> Requirement:
     """A rule NVIDIA's Dockerfiles we read do not state. In order: a reported rule of this
     version or of the newest earlier patch of the same X.Y (secondary evidence), the newest read
     rule of the same X.Y, else a model from NVIDIA's pattern: `cuda>=X.Y`, the
@@ -333,11 +324,11 @@ def host_can_run(requirement: Requirement, driver: str, brand: str | None) -> Ve
             continue
         if all(_holds(c, driver, brand) for c in alt):
             via = ",".join(f"{c.key}{c.op}{c.value}" for c in alt)
-            return Verdict(True, requirement, driver, brand, needed, f"{driver} meets {via}")
+            return Verdict(True, driver, brand, needed, f"{driver} meets {via}")
     reason = explain_need(requirement, brand)
     if not requirement.verified:
         reason += f" ({requirement.source.split('(', 1)[-1].rstrip(')')})"
-    return Verdict(False, requirement, driver, brand, needed, reason)
+    return Verdict(False, driver, brand, needed, reason)
 
 
 def explain_need(requirement: Requirement, brand: str | None = None) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -152,9 +151,9 @@ def merge(base: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
             continue
         rows = _list(_mapping(value, f"{where}: {section}"), key, f"{where}: {section}")
         target = _mapping(out.get(section), f"catalog: {section}")
-        merge_row = _merge_release if section == "torch" else _replace
-        target[key] = _merge_rows(target.get(key), rows, row_key, f"{where}: {section}.{key}",
-                                  str(overlay.path), merge_row)  # fmt: skip
+        target[key] = _merge_rows(
+            target.get(key), rows, row_key, f"{where}: {section}.{key}", str(overlay.path)
+        )
     return out
 
 
@@ -180,14 +179,10 @@ def _tag(row: dict[str, Any], origin: str) -> dict[str, Any]:
     return tagged
 
 
-_RowMerge = Callable[[dict[str, Any] | None, dict[str, Any], str, str], dict[str, Any]]
-
-
-def _merge_rows(
-    base: object, rows: list[Any], key: str, where: str, origin: str, merge_row: _RowMerge
-) -> list[Any]:
-    """Each row merged (`merge_row(old or None, row, where, origin)`) into the base row with
-    the same `key` value, or added; order: by version where the key is one, else appended."""
+def _merge_rows(base: object, rows: list[Any], key: str, where: str, origin: str) -> list[Any]:
+    """Each row merged into the base row with the same `key` value (a torch release, keyed by
+    `minor`: field by field, see `_merge_release`; any other row: replaced whole), or added;
+    order: by version where the key is one, else appended."""
     merged: list[Any] = list(base) if isinstance(base, list) else []
     for i, row in enumerate(rows):
         at = f"{where}[{i}]"
@@ -197,18 +192,13 @@ def _merge_rows(
         if not isinstance(row.get(key), str):
             raise CatalogError(f"{at}.{key}: missing (a quoted string)")
         index = _find(merged, key, row[key])
+        old = None if index is None else merged[index]
+        new = _merge_release(old, row, at, origin) if key == "minor" else _tag(row, origin)
         if index is None:
-            merged.append(merge_row(None, row, at, origin))
+            merged.append(new)
         else:
-            merged[index] = merge_row(merged[index], row, at, origin)
+            merged[index] = new
     return _sorted(merged, key)
-
-
-def _replace(
-    old: dict[str, Any] | None, row: dict[str, Any], at: str, origin: str
-) -> dict[str, Any]:
-    """A row of a keyed list: the overlay's row replaces the base's whole."""
-    return _tag(row, origin)
 
 
 def _find(rows: list[Any], key: str, value: str) -> int | None:
@@ -241,8 +231,7 @@ def _merge_release(
             if not isinstance(value, list):
                 raise CatalogError(f"{at}.{field}: expected a list")
             key = "torch" if field == "patches" else "variant"
-            merged[field] = _merge_rows(merged.get(field), value, key, f"{at}.{field}",
-                                        origin, _replace)  # fmt: skip
+            merged[field] = _merge_rows(merged.get(field), value, key, f"{at}.{field}", origin)
         elif field != "minor":
             merged[field] = copy.deepcopy(value)
             merged[ORIGIN] = origin  # the release's own facts now come from the overlay

@@ -58,13 +58,8 @@ class ReleaseFacts(NamedTuple):
 
 def python_floor(requires_python: str | None) -> str | None:
     """ ">=3.11" -> "3.11"; also the floor inside "!=3.14.1,>=3.10". None when there is none."""
-    if not requires_python:
-        return None
-    for clause in requires_python.split(","):
-        m = _FLOOR_RE.match(clause)
-        if m:
-            return m.group(1)
-    return None
+    clauses = (requires_python or "").split(",")
+    return next((m.group(1) for c in clauses if (m := _FLOOR_RE.match(c))), None)
 
 
 def releases(project: Mapping[str, Any]) -> dict[str, ReleaseFacts]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpulaunch.catalog.data import DASH, VERSION_RE, version_key
+from gpulaunch.catalog.data import DASH, VERSION_RE, Catalog, TorchRelease, version_key
 from gpulaunch.errors import CatalogError, ConfigError
 
 _PIP_WHEEL_RE = re.compile(r"^pip-(\d+(?:\.\d+)*)-py3-none-any\.whl$")
@@ -161,55 +161,50 @@ def deadsnakes_gap(os_name: str, python: str, on: date) -> str | None:
     return None
 
 
-class Choice(NamedTuple):
-    """Where the venv's Python comes from, and how sure that is."""
-
-    source: str
-    note: str = ""
-    unverified: bool = False  # the source's having this Python is not confirmed (see note)
-
-
 def choose_source(
-    *,
+    cat: Catalog,
     os_name: str,
     python: str,
-    distro: str,
-    glibc: str,
     requested: str | None,
-    on: date,
-    python_ok: Callable[[str], bool],
-    other_oses: Mapping[str, str] = {},
-) -> Choice:
-    """The source for Python `python` on `os_name` (whose own Python is `distro`), or a
-    CatalogError naming the nearest choices that can install. `other_oses` (OS -> its Python)
-    are the OSes the same image exists for; `python_ok` says whether torch takes a Python."""
+    release: TorchRelease | None,
+    warnings: list[str],
+    oses: Sequence[str] = (),
+) -> str:
+    """Where the venv's Python comes from on a base of `os_name` (on today's date), or a
+    CatalogError naming the nearest choices that can install. `oses` are the OSes the same
+    image exists for; `release` (the torch release, if any) says which Pythons torch takes.
+    A source whose having this Python is not confirmed adds a warning."""
+    distro = cat.os[os_name].python
     if requested == "image":
-        return Choice("image")
+        return "image"
     if requested in (None, "distro") and python == distro:
-        return Choice("distro")
+        return "distro"
     if requested == "distro":
         raise CatalogError(
             f"image.python_source: distro gives Python {distro} on {os_name}; got python {python}"
         )
     if requested == "standalone":
-        return _standalone(python, glibc, os_name)
+        _check_standalone(python, cat.os[os_name].glibc, os_name)
+        return "standalone"  # downloads CPython (python-build-standalone) at build time
+    on = date.today()
     gap = deadsnakes_gap(os_name, python, on)
     if gap is None:
         if python in deadsnakes()[os_name].unverified:
-            return Choice(
-                "deadsnakes",
-                f"deadsnakes' Python {python} for {os_name} is unverified (no source read "
-                "confirms the PPA publishes it); the build fails at apt-get if it does not",
-                unverified=True,
+            warnings.append(
+                f"image.python_source: deadsnakes' Python {python} for {os_name} is unverified "
+                "(no source read confirms the PPA publishes it); the build fails at apt-get if "
+                "it does not"
             )
-        return Choice("deadsnakes")
+        return "deadsnakes"
+    python_ok = (lambda py: True) if release is None else release.python_ok
+    others = {name: cat.os[name].python for name in oses}
     raise CatalogError(
         f"image.python: Python {python} cannot be installed on {os_name}: {gap}; "
-        + _alternatives(os_name, python, distro, on, python_ok, other_oses)
+        + _alternatives(os_name, python, distro, on, python_ok, others)
     )
 
 
-def _standalone(python: str, glibc: str, os_name: str) -> Choice:
+def _check_standalone(python: str, glibc: str, os_name: str) -> None:
     row = standalone()
     if python not in row.pythons:
         raise CatalogError(
@@ -221,7 +216,6 @@ def _standalone(python: str, glibc: str, os_name: str) -> Choice:
             f"image.python_source: standalone CPython needs glibc >= {row.glibc}; "
             f"{os_name} has {glibc}"
         )
-    return Choice("standalone", "downloads CPython (python-build-standalone) at build time")
 
 
 def _alternatives(

@@ -1,5 +1,7 @@
 """The resolver: an `ImageRequest` -> one `ResolvedImage` (base image tag, torch wheel variant,
-Python source), or a `CatalogError` naming the conflict and the nearest valid choice.
+Python source), or a `CatalogError` naming the conflict and the nearest valid choice; and how
+each version is parsed and selected from the catalog (torch release, wheel variant, Python,
+cuDNN).
 
 The image's CUDA x.y always equals the wheel's CUDA x.y. Unverified catalog rows (confidence
 low: inferred or unknown) are never chosen as defaults; asked for, they are used with a warning,
@@ -8,41 +10,34 @@ and a refusal names only an absence the catalog has evidence for.
 
 from __future__ import annotations
 
+import bisect
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
+
 from gpulaunch.catalog import driver_rule
 from gpulaunch.catalog.data import (
+    CU_VARIANT_RE,
     DASH,
+    PYTHON_RE,
     UNVERIFIED,
     Catalog,
     CudaImage,
     NgcRelease,
+    Patch,
+    T,
+    TorchRelease,
     Variant,
     load_catalog,
     major_minor,
     parse_xyz,
     version_key,
 )
-from gpulaunch.catalog.request import (
-    FLAVORS,
-    CudaReq,
-    ImageRequest,
-    ResolvedImage,
-    TorchSel,
-    base_os,
-    check_python,
-    choose_variant,
-    default_python,
-    min_driver_for,
-    newest_of,
-    own_python_only,
-    parse_cuda,
-    parse_cudnn,
-    parse_python,
-    python_source,
-    select_torch,
-    toolkit_driver,
-    torch_warnings,
-)
+from gpulaunch.catalog.python_install import choose_source
+from gpulaunch.catalog.request import ImageRequest, ResolvedImage
 from gpulaunch.errors import CatalogError
+
+FLAVORS = ("runtime", "devel", "ngc", "cpu")
 
 
 def resolve(req: ImageRequest) -> ResolvedImage:
@@ -81,11 +76,9 @@ def resolve_in(cat: Catalog, req: ImageRequest) -> ResolvedImage:
 
 
 def _pins(cat: Catalog, sel: TorchSel | None, variant: str | None) -> dict[str, str | None]:
-    """The ResolvedImage fields the torch selection fills (all None without torch)."""
+    """The ResolvedImage fields the torch selection fills (none without torch)."""
     if sel is None:
-        return dict.fromkeys(
-            ("torch", "torchvision", "torchaudio", "torch_variant", "torch_index_url")
-        )
+        return {}
     return {
         "torch": sel.patch.torch,
         "torchvision": sel.patch.torchvision,
@@ -104,8 +97,7 @@ def _resolve_cpu(
             f"(os {cat.cpu.os}); got {os_name}"
         )
     warnings: list[str] = []
-    py = python or default_python(cat, sel, cat.cpu_python, cat.cpu.pythons)
-    check_python(sel, py, warnings)
+    py = pick_python(cat, sel, python, cat.cpu_python, warnings, cat.cpu.pythons)
     if py not in cat.cpu.pythons:
         raise CatalogError(
             f"image.python: no {cat.cpu.template.format(python=py)} image; "
@@ -120,12 +112,7 @@ def _resolve_cpu(
         python=py,
         python_source="image",
         **_pins(cat, sel, "cpu"),
-        cuda=None,
-        cudnn=None,
-        min_driver=None,
-        recommended_driver=None,
         cuda_archs=(),
-        ngc_tag=None,
         warnings=tuple(warnings),
     )
 
@@ -156,14 +143,12 @@ def _resolve_custom(
             f"image.os: gpulaunch cannot tell {base}'s OS; set image.os so it can install "
             f"Python ({req.python_source}) on it"
         )
-    py = python or default_python(cat, sel, cat.os[os_name].python if os_name else cat.cpu_python)
-    check_python(sel, py, warnings)
+    preferred = cat.os[os_name].python if os_name else cat.cpu_python
+    py = pick_python(cat, sel, python, preferred, warnings)
     source = "image"
     if os_name is not None and req.python_source != "image":  # provisioned like a catalog base
-        choice = python_source(cat, sel, os_name, py, req.python_source)
-        source = choice.source
-        if choice.unverified:
-            warnings.append(f"image.python_source: {choice.note}")
+        release = sel.release if sel else None
+        source = choose_source(cat, os_name, py, req.python_source, release, warnings)
     elif python is None:
         warnings.append(f"image.base: assuming {base} has Python {py}; set image.python if not")
     if sel is not None:
@@ -180,7 +165,6 @@ def _resolve_custom(
         min_driver=min_driver_for(cuda_text, base) if cuda_text else None,
         recommended_driver=toolkit_driver(cat, cuda_text, warnings),
         cuda_archs=variant.archs if variant else (),
-        ngc_tag=None,
         warnings=tuple(warnings),
     )
 
@@ -311,13 +295,10 @@ def _resolve_cuda(
 
     if requested_source == "image":
         raise CatalogError("image.python_source: nvidia/cuda images bring no Python; got image")
-    py = python or default_python(cat, sel, cat.os[os_name].python)
-    check_python(sel, py, warnings)
+    py = pick_python(cat, sel, python, cat.os[os_name].python, warnings)
     oses = image.oses(with_cudnn)
-    choice = python_source(cat, sel, os_name, py, requested_source, oses)
-    source = choice.source
-    if choice.unverified:
-        warnings.append(f"image.python_source: {choice.note}")
+    release = sel.release if sel else None
+    source = choose_source(cat, os_name, py, requested_source, release, warnings, oses)
 
     if image.confidence == UNVERIFIED:
         warnings.append(f"{base_image} is unverified (no source showed the tag); check it exists")
@@ -355,7 +336,6 @@ def _resolve_cuda(
         min_driver=min_driver_for(image.cuda, base_image),
         recommended_driver=toolkit_driver(cat, image.cuda, warnings),
         cuda_archs=variant.archs if variant else (),
-        ngc_tag=None,
         warnings=tuple(warnings),
     )
 
@@ -424,7 +404,6 @@ def _resolve_ngc(
 ) -> ResolvedImage:
     warnings: list[str] = []
     rows = list(cat.ngc)
-    torch_xy: str | None = None
     if torch is not None:
         parsed = parse_xyz(torch.strip())  # "none" is no version either: NGC brings torch
         if parsed is None:
@@ -492,12 +471,10 @@ def _resolve_ngc(
         os=row.os,
         python=row.python,
         python_source="image",
-        **_pins(cat, None, None),
         cuda=row.cuda,
         cudnn=cudnn,
         min_driver=min_driver_for(row.cuda, cat.ngc_image.format(tag=row.tag)),
         recommended_driver=toolkit_driver(cat, row.cuda, warnings),
-        cuda_archs=(),
         ngc_tag=row.tag,
         warnings=tuple(warnings),
         ngc_torch=row.torch,
@@ -506,3 +483,296 @@ def _resolve_ngc(
 
 def _ngc_key(row: NgcRelease) -> str:
     return row.tag
+
+
+# ---------------------------------------------------------------------------
+# Parsing and selecting each version
+# ---------------------------------------------------------------------------
+
+
+class CudaReq(NamedTuple):
+    xy: str
+    full: str | None
+
+    @property
+    def text(self) -> str:
+        return self.full or self.xy
+
+
+class TorchSel(NamedTuple):
+    release: TorchRelease
+    patch: Patch
+
+
+def parse_cuda(cat: Catalog, value: str | None) -> CudaReq | str | None:
+    """None, "cpu", or a CUDA request whose x.y is known to the catalog."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "cpu":
+        return "cpu"
+    if m := CU_VARIANT_RE.match(text):
+        text = f"{int(m.group(1))}.{m.group(2)}"
+    parsed = parse_xyz(text)
+    if parsed is None:
+        raise CatalogError(
+            f'image.cuda: expected a CUDA version like "12.4", "12.4.1", "cu124" or "cpu"; '
+            f"got {value!r}"
+        )
+    xy, full = parsed
+    known = cat.cuda_xys()
+    if xy not in known:
+        raise CatalogError(
+            f"image.cuda: unknown CUDA {xy}; nearest known: {', '.join(_nearest(xy, list(known)))}"
+        )
+    return CudaReq(xy, full)
+
+
+def parse_cudnn(value: str | None, flavor: str) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if text not in ("8", "9"):
+        raise CatalogError(f'image.cudnn: expected "8" or "9"; got {value!r}')
+    if flavor == "cpu":
+        raise CatalogError("image.cudnn: flavor cpu has no cuDNN; drop image.cudnn")
+    return text
+
+
+def parse_python(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not PYTHON_RE.match(text):
+        raise CatalogError(f'image.python: expected major.minor like "3.11"; got {value!r}')
+    return text
+
+
+def newest_of(items: Iterable[T], key: Callable[[T], str]) -> T:
+    """Newest item, preferring rows that are verified (see data.UNVERIFIED)."""
+    pool = list(items)
+    trusted = [i for i in pool if getattr(i, "confidence", "high") != UNVERIFIED]
+    return max(trusted or pool, key=lambda i: version_key(key(i)))
+
+
+def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
+    """Resolve "2.4.1" / "2.4" / None (newest) / "none" to a catalog row."""
+    if value is not None and value.strip().lower() == "none":
+        return None
+    if value is None:
+        # the newest release with a build whose image's driver rule is NVIDIA's own: a
+        # release whose builds all need unverified images is never the default
+        ready = [
+            r
+            for r in cat.releases
+            if any(v.confidence != UNVERIFIED and verified_image(cat, v) for v in r.variants)
+        ]
+        release = newest_of(ready or cat.releases, lambda r: r.minor)
+        return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
+    text = value.strip()
+    parsed = parse_xyz(text)
+    if parsed is None:
+        raise CatalogError(
+            f'image.torch: expected a version like "2.4.1", "2.4" or "none"; got {value!r}'
+        )
+    xy, full = parsed
+    for release in cat.releases:
+        if version_key(release.minor) != version_key(xy):
+            continue
+        if full is None:
+            return TorchSel(release, newest_of(release.patches, lambda p: p.torch))
+        for patch in release.patches:
+            if version_key(patch.torch) == version_key(text):
+                return TorchSel(release, patch)
+    known = [p.torch for _, p in cat.patches()]
+    nearest = ", ".join(_nearest(text, known))
+    raise CatalogError(f"image.torch: unknown torch version {text}; nearest known: {nearest}")
+
+
+def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog) -> Variant:
+    """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
+    broad_reach_variant). A CUDA the release lists no build for is
+    refused only when its build list is complete; otherwise the absence is unknown and an
+    unverified build is offered (`_unlisted_build`), never as a default."""
+    rel = sel.release
+    if cuda is None:
+        return broad_reach_variant(cat, rel)
+    for v in rel.variants:
+        if v.cuda == cuda.xy:
+            return v
+    if rel.builds == "partial":
+        return _unlisted_build(sel, cuda.xy, cat)
+    raise CatalogError(
+        f"image.cuda: torch {sel.patch.torch} has no CUDA {cuda.xy} build; "
+        f"available: {', '.join(v.variant for v in rel.variants)}"
+    )
+
+
+def _unlisted_build(sel: TorchSel, xy: str, cat: Catalog) -> Variant:
+    """A build the catalog neither lists nor knows to be absent (the release's build list is
+    partial): offered unverified, with the arch list of the newest earlier build of that CUDA."""
+    earlier = [
+        v
+        for rel in cat.releases
+        if version_key(rel.minor) < version_key(sel.release.minor)
+        for v in rel.variants
+        if v.cuda == xy
+    ]
+    return Variant(
+        variant="cu" + xy.replace(".", ""),
+        cuda=xy,
+        status="stable",
+        cudnn="",
+        archs=earlier[-1].archs if earlier else (),
+        confidence=UNVERIFIED,
+        note=f"not in the catalog's partial list of torch {sel.release.minor} builds",
+    )
+
+
+def verified_image(cat: Catalog, variant: Variant) -> bool:
+    """A build whose CUDA x.y has a trusted nvidia/cuda image with NVIDIA's own driver rule."""
+    return any(
+        img.xy == variant.cuda
+        and img.confidence != UNVERIFIED
+        and driver_rule.verified_rule(img.cuda)
+        for img in cat.cuda_images
+    )
+
+
+def broad_reach_variant(cat: Catalog, rel: TorchRelease) -> Variant:
+    """The default build when no CUDA is asked for: among upstream's stable builds, the one
+    whose image the most drivers can start (lowest cuda>= driver); ties go to PyPI's default,
+    then the newer CUDA. Without stable builds: PyPI's default, else the newest. Low-confidence
+    builds (an overlay's unconfirmed rows) and builds whose images have only an unverified
+    driver rule (`verified_image`) are chosen only when nothing else is left."""
+    trusted = [v for v in rel.variants if v.confidence != UNVERIFIED] or list(rel.variants)
+    trusted = [v for v in trusted if verified_image(cat, v)] or trusted
+    stable = [v for v in trusted if v.status == "stable"] or trusted
+
+    def key(v: Variant) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
+        need = driver_rule.cuda_image_requirement(v.cuda).needed() or "0"
+        return (
+            version_key(need),
+            v.cuda != rel.pypi_default,
+            tuple(-n for n in version_key(v.cuda)),
+        )
+
+    return min(stable, key=key)
+
+
+def pick_python(
+    cat: Catalog,
+    sel: TorchSel | None,
+    asked: str | None,
+    preferred: str,
+    warnings: list[str],
+    allowed: Sequence[str] = (),
+) -> str:
+    """The venv's Python: `asked`, refused outside torch's range (an experimental one warns);
+    else `preferred` when torch allows it, else the newest Python torch supports up to the cap
+    (one of `allowed`, where given and possible)."""
+    if sel is None:
+        return asked or preferred
+    rel = sel.release
+    if asked is None:
+        if rel.python_ok(preferred):
+            return preferred
+        major, lo = version_key(rel.python_min)
+        hi = min(version_key(rel.python_max)[1], version_key(cat.python_cap)[1])
+        options = [f"{major}.{minor}" for minor in range(lo, max(lo, hi) + 1)]
+        return ([o for o in options if o in allowed] or options)[-1]
+    if rel.python_ok(asked):
+        return asked
+    if asked in rel.python_experimental:
+        warnings.append(f"Python {asked} is experimental for torch {sel.patch.torch}")
+        return asked
+    raise CatalogError(
+        f"image.python: torch {sel.patch.torch} supports Python {rel.python_range()}; got {asked}"
+    )
+
+
+def torch_warnings(sel: TorchSel, variant: Variant | None, warnings: list[str]) -> None:
+    rel, patch = sel.release, sel.patch
+    if variant is not None and variant.confidence == UNVERIFIED:
+        why = f" ({variant.note})" if variant.note else ""
+        warnings.append(
+            f"torch {patch.torch} {variant.variant} build is unverified{why}: the torch install "
+            "fails at build time if PyTorch does not publish it"
+        )
+    elif variant is not None and variant.status != "stable" and variant.cuda != rel.pypi_default:
+        warnings.append(
+            f"torch {patch.torch} {variant.variant} is marked {variant.status} upstream"
+        )
+    for what, conf in (
+        (f"torch {rel.minor} release", rel.confidence),
+        (f"torch {patch.torch} companion versions", patch.confidence),
+    ):
+        if conf == UNVERIFIED:
+            warnings.append(f"catalog data for {what} is unverified; check it before relying on it")
+
+
+def toolkit_driver(cat: Catalog, cuda: str | None, warnings: list[str]) -> str | None:
+    """Driver bundled with the toolkit: exact patch, or the newest known patch of an x.y."""
+    if cuda is None:
+        return None
+    row = cat.toolkit_drivers.get(cuda)
+    if row is None and cuda.count(".") == 1:
+        rows = [d for d in cat.toolkit_drivers.values() if major_minor(d.cuda) == cuda]
+        row = newest_of(rows, lambda d: d.cuda) if rows else None
+    if row is None:
+        return None
+    if row.confidence == UNVERIFIED:
+        warnings.append(f"driver {row.driver} for CUDA {row.cuda} is an unverified catalog fact")
+    return row.driver
+
+
+def min_driver_for(cuda: str, base_image: str | None = None) -> str:
+    """Lowest Linux driver that starts a container of this image for every GPU brand: the
+    image's own rule (nvidia/cuda NVIDIA_REQUIRE_CUDA, an NGC release's floor), else a torch
+    wheel's minor-version floor (gpulaunch.catalog.driver_rule). Without `base_image`: the
+    nvidia/cuda image of that CUDA version."""
+    if parse_xyz(cuda.strip()) is None:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    req = (
+        driver_rule.cuda_image_requirement(cuda.strip())
+        if base_image is None
+        else driver_rule.requirement_for(base_image, cuda.strip())
+    )
+    needed = req.needed() if req else None
+    if needed is None:
+        raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
+    return needed
+
+
+_BASE_OS_RE = re.compile(
+    r"(?:^|/)(?:nvidia/cuda:\S*-(ubuntu\d\d\.\d\d)|ubuntu:(\d\d\.\d\d))(?:@\S+)?$"
+)
+
+
+def base_os(cat: Catalog, base: str, asked: str | None) -> str | None:
+    """The catalog OS of an explicit base: image.os, else read from an nvidia/cuda or ubuntu
+    tag (nvidia/cuda:12.4.1-runtime-ubuntu22.04 -> ubuntu22.04); None when unknown."""
+    if asked is not None:
+        if asked not in cat.os:
+            raise CatalogError(f"image.os: unknown OS {asked!r}; valid: {', '.join(cat.os)}")
+        return asked
+    m = _BASE_OS_RE.search(base)
+    name = (m.group(1) or f"ubuntu{m.group(2)}") if m else None
+    return name if name in cat.os else None
+
+
+def own_python_only(requested: str | None, what: str) -> None:
+    """Bases that bring their Python (python:*-slim, NGC) take no other source."""
+    if requested not in (None, "image"):
+        raise CatalogError(f"image.python_source: {what} bring their own Python; got {requested}")
+
+
+def _nearest(wanted: str, known: Sequence[str], n: int = 3) -> list[str]:
+    """Up to n known versions closest to `wanted` in version order, nearest first."""
+    ordered = sorted(set(known), key=version_key)
+    pos = bisect.bisect_left(ordered, version_key(wanted), key=version_key)
+
+    def distance(i: int) -> tuple[int, int]:  # the lower one first at the same distance
+        return (pos - i, 0) if i < pos else (i + 1 - pos, 1)
+
+    return [ordered[i] for i in sorted(range(len(ordered)), key=distance)[:n]]

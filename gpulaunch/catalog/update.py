@@ -18,7 +18,6 @@ Hub answered), so a PyPI-only update does not silence the staleness of CUDA and 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import time
@@ -480,58 +479,19 @@ def _document(
 
 
 def render_overlay(doc: dict[str, Any], today: date) -> str:
-    """The overlay as YAML: every scalar JSON-quoted (so "2.10" stays a string), rows as flow
-    mappings, one a line."""
+    """The overlay as YAML: rows of scalars as flow mappings, one a line; a string the reader
+    would take for another type ("2.10", "yes") quoted, and any character outside printable
+    ASCII (a line separator, DEL or C1 from a server) escaped, so it reads back as the same text."""
+    import yaml
+
     lines = [
         f"# Written by `gpulaunch catalog update` on {today.isoformat()} from PyPI's JSON API.",
         "# The next update replaces this file; put your own rows in another file beside it.",
         "# confidence: high = read from the source (an exact pin); medium = inferred from a",
         "# source (a declared range, the wheel's pin, the index; archs carried over).",
     ]
-    _emit(doc, 0, lines)
-    return "\n".join(lines) + "\n"
-
-
-def _scalar(value: object) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(_scalar(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, str):  # YAML's own escapes: a line separator, DEL or C1 from a server
-        import yaml  # stays one quoted line that reads back as the same text
-
-        text: str = yaml.safe_dump(value, default_style='"', width=float("inf"))
-        return text.rstrip("\n")
-    return json.dumps(value)
-
-
-def _is_rows(value: object) -> bool:
-    return isinstance(value, list) and any(isinstance(v, dict) for v in value)
-
-
-def _emit(node: dict[str, Any], indent: int, lines: list[str]) -> None:
-    pad = " " * indent
-    for key, value in node.items():
-        if isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values()):
-            lines.append(f"{pad}{key}:")
-            _emit(value, indent + 2, lines)
-        elif _is_rows(value):
-            lines.append(f"{pad}{key}:")
-            for item in value:
-                if isinstance(item, dict) and any(_is_rows(v) for v in item.values()):
-                    sub: list[str] = []
-                    _emit(item, indent + 4, sub)
-                    sub[0] = f"{pad}  - " + sub[0].lstrip()
-                    lines.extend(sub)
-                else:
-                    lines.append(f"{pad}  - {_scalar(item)}")
-        elif isinstance(value, list) and not value:
-            lines.append(f"{pad}{key}: []")
-        elif isinstance(value, list):
-            lines.append(f"{pad}{key}:")
-            lines.extend(f"{pad}  - {_scalar(v)}" for v in value)
-        else:
-            lines.append(f"{pad}{key}: {_scalar(value)}")
+    body: str = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=float("inf"))
+    return "\n".join(lines) + "\n" + body
 
 
 def run_update(

@@ -15,13 +15,8 @@ from gpulaunch.catalog import data as cat_mod
 from gpulaunch.catalog import resolver as resolver_mod
 from gpulaunch.catalog.compat import gpu_compute_capability, matrix, supports_arch
 from gpulaunch.catalog.data import load_catalog
-from gpulaunch.catalog.request import (
-    ImageRequest,
-    ResolvedImage,
-    min_driver_for,
-    verified_image,
-)
-from gpulaunch.catalog.resolver import resolve
+from gpulaunch.catalog.request import ImageRequest, ResolvedImage
+from gpulaunch.catalog.resolver import min_driver_for, resolve, verified_image
 from gpulaunch.errors import CatalogError, ConfigError, ExitCode
 
 CAT = load_catalog()
