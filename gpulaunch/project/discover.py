@@ -42,15 +42,14 @@ _PACKAGE: dict[str, tuple[str, Reader]] = {
     "setup.cfg": ("setup.cfg", read_setup_cfg),
     "setup.py": ("setup.py", read_setup_py),
 }
+_NAMED = {**_PACKAGE, "Pipfile": ("pipfile", read_pipfile)}
 
 
 def _reader_for(rel: str) -> tuple[str, Reader] | None:
     name = Path(rel).name
-    if name in _PACKAGE:
-        return _PACKAGE[name]
-    if name == "Pipfile":
-        return "pipfile", read_pipfile
-    if name in _CONDA or name.endswith((".yml", ".yaml")):
+    if name in _NAMED:
+        return _NAMED[name]
+    if name.endswith((".yml", ".yaml")):  # a conda environment file, whatever its name
         return "conda", read_conda
     if name.endswith(".py"):
         return "script", read_script
@@ -117,7 +116,7 @@ def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
     return sorted(n for n in names if n != entry and n not in read)
 
 
-def nested_requirements(root: Path, project: Project, depth: int = 3) -> list[str]:
+def nested_requirements(root: Path, project: Project) -> list[str]:
     """init's line for each requirements file in a sub-folder (an example's own, a
     component's) that the image does not install, with how to add it: a project that needs
     examples/foo/requirements.txt learns it before a long build, not at the first import."""
@@ -125,12 +124,8 @@ def nested_requirements(root: Path, project: Project, depth: int = 3) -> list[st
     found: list[str] = []
     for folder, dirs, files in os.walk(root):
         where = Path(folder).relative_to(root)
-        level = len(where.parts)
-        dirs[:] = (
-            []
-            if level >= depth
-            else sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-        )
+        level = len(where.parts)  # three folders deep at most
+        dirs[:] = sorted(d for d in dirs if level < 3 and d[0] != "." and d not in SKIP_DIRS)
         if level == 0 or where.parts == ("requirements",):
             continue  # the root's and requirements/'s own are weighed as candidates
         found += [
@@ -138,9 +133,9 @@ def nested_requirements(root: Path, project: Project, depth: int = 3) -> list[st
             for name in sorted(files)
             if is_requirements_name(name) and name.startswith("requirements")
         ]
-    found = [rel for rel in found if _PLAIN.fullmatch(rel)]  # a name is printed as it is
     lines = []
-    for rel in (r for r in found if r not in read):
+    # a name is printed as it is: one with a control character or line separator never is
+    for rel in (r for r in found if r not in read and _PLAIN.fullmatch(r)):
         if project.entry_kind == "requirements":
             how = f"add `-r {rel}` to {project.entry}"
         elif project.entry is not None:
@@ -178,7 +173,7 @@ def read_project(
                 _script_too(root, rel, project)
             elif reader is not None:
                 reader[1](root, rel, project, False)
-            elif is_requirements_name(rel):
+            else:  # requirements.txt or requirements/*.txt
                 project.sources.append(f"{rel} (pip requirements, not installed)")
     for rel in _unused(root, chosen, {f.path for f in project.files}):
         if rel not in found:
@@ -205,12 +200,11 @@ def _locked_torch(root: Path, project: Project) -> None:
             project.not_understood.append(err.message)
             continue
         packages = data.get("package")
-        versions: dict[str, int] = {}
-        for package in packages if isinstance(packages, list) else []:
-            if isinstance(package, dict) and package.get("name") == "torch":
-                version = str(package.get("version", "")).split("+", 1)[0]
-                if version:
-                    versions.setdefault(version, 0)
+        versions = {
+            str(package.get("version", "")).split("+", 1)[0]
+            for package in (packages if isinstance(packages, list) else [])
+            if isinstance(package, dict) and package.get("name") == "torch"
+        } - {""}
         if len(versions) == 1:
             (version,) = versions
             line = next(

@@ -36,6 +36,7 @@ MAX_FILES = 2000
 ADD_MISSING = "gpulaunch init --add-missing"
 _NAME = re.compile(r"[\w.+-]+")
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+_UNREAD = {"link": "a symbolic link; not followed", "other": "not a regular file; not read"}
 _SCRIPT_SKIP = frozenset({"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "manage.py"})
 
 
@@ -172,9 +173,7 @@ def default_entries(root: Path) -> list[str]:
     for name in tree.names(()):
         if not name.endswith(".py") or name in _SCRIPT_SKIP or not _NAME.fullmatch(name):
             continue
-        if tree.kind((name,)) != "file":
-            continue
-        try:
+        try:  # read refuses a link, a folder or a FIFO (ValueError), as any unreadable file
             parsed = ast.parse(tree.read((name,)))
         except (ValueError, SyntaxError, RecursionError, MemoryError):
             continue
@@ -234,17 +233,15 @@ def walk(
         if found.package:  # `python -m pkg` runs pkg/__main__.py after pkg/__init__.py
             main = _Module(found.base, (*name, "__main__.py"), False)
             queue.append((main, tuple(bases)))
-    _Walker(tree, result).run(queue)
+    walker = _Walker(tree, result)
+    walker.run(queue)
+    result.imports = list(walker.found.values())
     return result
 
 
 def _find(tree: _Tree, bases: Iterable[tuple[str, ...]], name: tuple[str, ...]) -> _Module | None:
     """The project file `name` is imported from, or None when it is not the project's."""
-    for base in bases:
-        found = _find_in(tree, base, name)
-        if found is not None:
-            return found
-    return None
+    return next((m for base in bases if (m := _find_in(tree, base, name)) is not None), None)
 
 
 def _find_in(tree: _Tree, base: tuple[str, ...], name: tuple[str, ...]) -> _Module | None:
@@ -252,17 +249,16 @@ def _find_in(tree: _Tree, base: tuple[str, ...], name: tuple[str, ...]) -> _Modu
     present = ("file", "link", "other")  # the project's name, whatever it is
     if tree.kind((*folder, "__init__.py")) in present:
         return _Module(base, name, True)
-    file = (*base, *name[:-1], name[-1] + ".py")
-    if tree.kind(file) in present:
-        return _Module(base, (*name[:-1], name[-1] + ".py"), False)
-    if tree.kind(folder) == "dir" and (
-        len(name) > 1 or any(n.endswith(".py") for n in tree.names(folder))
-    ):
+    file = (*name[:-1], name[-1] + ".py")
+    if tree.kind((*base, *file)) in present:
+        return _Module(base, file, False)
+    kind = tree.kind(folder)
+    if kind == "link":
+        return _Module(base, name, False)  # the project's, but not followed
+    if kind == "dir" and (len(name) > 1 or any(n.endswith(".py") for n in tree.names(folder))):
         # a namespace package (no __init__.py): the project's when it holds code; an empty
         # `wandb/` output folder does not hide the real wandb
         return _Module(base, name, False)
-    if tree.kind(folder) == "link" or tree.kind(file) == "link":
-        return _Module(base, name, False)  # the project's, but not followed
     return None
 
 
@@ -271,7 +267,7 @@ class _Walker:
         self.tree = tree
         self.result = result
         self.seen_files: set[str] = set()
-        self.seen_modules: dict[str, int] = {}
+        self.found: dict[str, Import] = {}  # module -> the first place it is imported
         self.stdlib = frozenset(sys.stdlib_module_names) | {"__future__", "__main__"}
 
     def run(self, queue: list[tuple[_Module, tuple[tuple[str, ...], ...]]]) -> None:
@@ -285,20 +281,14 @@ class _Walker:
                 )
                 return
             self.seen_files.add(module.rel)
-            for found in self._visit(module, bases):
-                queue.append((found, bases))
+            queue += ((found, bases) for found in self._visit(module, bases))
 
     def _visit(self, module: _Module, bases: tuple[tuple[str, ...], ...]) -> Iterator[_Module]:
         rel = module.rel
         parts = tuple(rel.split("/"))
         kind = self.tree.kind(parts)
-        if kind in ("link", "other"):  # the project's name, but never read through
-            why = (
-                "a symbolic link; not followed"
-                if kind == "link"
-                else "not a regular file; not read"
-            )
-            self.result.notes.append(f"imports: {rel} is {why}")
+        if kind in _UNREAD:  # the project's name, but never read through
+            self.result.notes.append(f"imports: {rel} is {_UNREAD[kind]}")
             return
         if kind != "file":
             return  # a namespace package's folder
@@ -355,12 +345,9 @@ class _Walker:
         if owner is None:
             if how != "import" or parts[0] in self.stdlib:
                 return
-            index = self.seen_modules.get(name)
-            if index is None:
-                self.seen_modules[name] = len(self.result.imports)
-                self.result.imports.append(Import(name, where, optional))
-            elif self.result.imports[index].optional and not optional:
-                self.result.imports[index] = Import(name, where, False)
+            known = self.found.get(name)
+            if known is None or (known.optional and not optional):
+                self.found[name] = Import(name, where, optional)  # keeps its place when known
             return
         # the project's own: each package on the way runs its __init__.py
         for depth in range(1, len(parts) + 1):
@@ -391,9 +378,8 @@ def _imports(
 
 
 def _optional_test(test: ast.expr) -> bool:
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    attrs = {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-    return "TYPE_CHECKING" in names | attrs or _platform_test(test)
+    words = {getattr(n, "id", getattr(n, "attr", "")) for n in ast.walk(test)}  # Name, Attribute
+    return "TYPE_CHECKING" in words or _platform_test(test)
 
 
 def _platform_test(test: ast.expr) -> bool:
@@ -405,11 +391,7 @@ def _catches_import_error(kind: ast.expr | None) -> bool:
     if kind is None:
         return True
     items = kind.elts if isinstance(kind, ast.Tuple) else [kind]
-    for item in items:
-        name = item.attr if isinstance(item, ast.Attribute) else getattr(item, "id", "")
-        if name in _GUARDS:
-            return True
-    return False
+    return any(getattr(item, "attr", getattr(item, "id", "")) in _GUARDS for item in items)
 
 
 # -- which distribution provides a module ------------------------------------------------
@@ -466,13 +448,11 @@ def load_table() -> Table:
     return Table(rows("imports"), rows("brings"))
 
 
-def missing(
-    found: Walk, project: Project, image: Iterable[str], table: Table | None = None
-) -> list[Missing]:
+def missing(found: Walk, project: Project, image: Iterable[str]) -> list[Missing]:
     """The required imports that no distribution provides: not one the project declares
     (project.deps, as the project readers read them), nor one the image installs itself
     (`image`: torch and its extras), nor what those always install (the table's `brings`)."""
-    table = table or load_table()
+    table = load_table()
     provided = table.closure([*project.dist_names(), *image])
     out = []
     for imp in found.required():

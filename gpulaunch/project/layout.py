@@ -28,8 +28,9 @@ _MAX_BYTES = 1_000_000
 
 
 def _parse(path: Path) -> ast.Module | None:
+    """The module in `path`; None when it is not a regular file, too big, or not Python."""
     try:
-        if path.stat().st_size > _MAX_BYTES:
+        if not path.is_file() or path.stat().st_size > _MAX_BYTES:
             return None
         return ast.parse(path.read_bytes().decode("utf-8-sig", errors="replace"))
     except (OSError, SyntaxError, ValueError):
@@ -39,10 +40,8 @@ def _parse(path: Path) -> ast.Module | None:
 def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
     """(torch, compiles, cuda) reasons from a setup.py, each "" when absent."""
     tree = _parse(path)
-    if tree is None:
-        return "", "", ""
     torch = compiles = cuda = ""
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if tree is not None else ():
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -55,13 +54,7 @@ def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
         hit = next((n for n in names if n == "torch" or n.startswith("torch.")), None)
         if hit and not torch:
             torch = f"{shown}:{line} imports {hit}"
-        word = (
-            node.id
-            if isinstance(node, ast.Name)
-            else node.attr
-            if isinstance(node, ast.Attribute)
-            else ""
-        )
+        word = getattr(node, "id", getattr(node, "attr", ""))  # a Name's or an Attribute's
         if word in _CUDA and not cuda:
             cuda = f"{shown}:{line} CUDAExtension"
         if word in _CPP and not compiles:
@@ -71,18 +64,19 @@ def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
     return torch, compiles or cuda, cuda
 
 
-def _build_requires(path: Path, shown: str) -> tuple[list[str], str] | None:
+def _build_requires(path: Path, shown: str) -> tuple[list[str], str]:
     """pyproject [build-system].requires (texts other than torch*) and why torch is among
-    them; None without a build-system table."""
+    them; nothing without a pyproject or its build-system table."""
     from packaging.requirements import InvalidRequirement
 
-    from gpulaunch.project.pyproject import load_toml, name_of
+    from gpulaunch.project.pyproject import load_toml, name_of, toml_table
 
-    data = load_toml(path, shown)[1].get("build-system")
-    if not isinstance(data, dict):
-        return None
-    texts, torch = [], ""
-    for text in data.get("requires", []) if isinstance(data.get("requires"), list) else []:
+    texts: list[str] = []
+    torch = ""
+    if not path.is_file():
+        return texts, torch
+    requires = toml_table(load_toml(path, shown)[1], "build-system").get("requires")
+    for text in requires if isinstance(requires, list) else []:
         try:
             name = name_of(str(text))
         except InvalidRequirement:
@@ -113,26 +107,19 @@ def find_builds(root: Path, project: Project) -> None:
     root = root.resolve()
     for local in project.locals:
         folder = root / local.path
-        setup = folder / "setup.py"
-        rel = posixpath.join(local.path, "setup.py") if local.path != "." else "setup.py"
-        torch, compiles, cuda = _setup_py(setup, rel) if setup.is_file() else ("", "", "")
-        requires: list[str] = []
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            shown = posixpath.normpath(posixpath.join(local.path, "pyproject.toml"))
-            found = _build_requires(pyproject, shown)
-            if found is not None:
-                requires, why = found
-                torch = torch or why
+        shown = posixpath.normpath(posixpath.join(local.path, "setup.py"))
+        torch, compiles, cuda = _setup_py(folder / "setup.py", shown)
+        shown = posixpath.normpath(posixpath.join(local.path, "pyproject.toml"))
+        requires, why = _build_requires(folder / "pyproject.toml", shown)
+        torch = torch or why
         if not (torch or compiles):
             continue
-        if torch:
-            requires = _with_setuptools_floor(requires) if requires else [SETUPTOOLS]
         build = Build(local.path, torch, compiles, cuda)
         project.builds.append(build)
         if torch:
             from gpulaunch.project.pyproject import name_of
 
+            requires = _with_setuptools_floor(requires) if requires else [SETUPTOOLS]
             known = project.dist_names()
             project.inline += [text for text in requires if name_of(text) not in known]
             project.notes.append(
@@ -165,7 +152,7 @@ def _holds_modules(folder: Path) -> bool:
 
 def _setup_package_dir(root: Path) -> str | None:
     """`package_dir={"": "lib"}` in the root setup.py -> "lib"."""
-    tree = _parse(root / "setup.py") if (root / "setup.py").is_file() else None
+    tree = _parse(root / "setup.py")
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.keyword) and node.arg == "package_dir":
             try:

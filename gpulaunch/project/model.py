@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlsplit
 
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -113,10 +113,18 @@ class Project:
         local = LocalInstall(posixpath.normpath(local.path), local.editable, local.where)
         for i, known in enumerate(self.locals):
             if known.path == local.path:
-                if local.editable and not known.editable:
-                    self.locals[i] = LocalInstall(known.path, True, known.where)
+                self.locals[i] = replace(known, editable=known.editable or local.editable)
                 return
         self.locals.append(local)
+
+    def add_dep(self, dep: Dep) -> None:
+        """A requirement, and the torch build its URL or torch's local version names."""
+        if dep.url:
+            self.set_variant(variant_of_url(dep.url), f"{dep.where} ({dep.url})")
+        if dep.name == "torch":
+            spec = dep.specifier
+            self.set_variant(variant_of_version(spec), f"{dep.where} (torch{spec})")
+        self.deps.append(dep)
 
     def dist_names(self) -> set[str]:
         return {d.name for d in self.deps}
@@ -165,9 +173,7 @@ def _is_variant(text: str) -> bool:
 
 def variant_of_version(spec: str) -> str | None:
     """ "==2.1.2+cu118" -> "cu118"."""
-    if "+" not in spec:
-        return None
-    local = spec.split("+", 1)[1].split(",", 1)[0].strip()
+    local = spec.partition("+")[2].split(",", 1)[0].strip()
     return local if _is_variant(local) else None
 
 

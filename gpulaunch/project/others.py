@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import ast
 import configparser
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.project.model import LocalInstall, Project, variant_of_url
-from gpulaunch.project.pyproject import load_toml
+from gpulaunch.project.pyproject import load_toml, source_urls
 from gpulaunch.project.requirements import (
     read_extra,
     read_requirement_texts,
@@ -20,8 +21,7 @@ from gpulaunch.project.requirements import (
     split_options,
 )
 
-# conda names that are not pip distributions of the same name, and what they mean here
-_CONDA_TORCH = {"pytorch": "torch"}
+# conda names that are not pip distributions (conda's `pytorch` is pip's `torch`)
 _CONDA_SKIP = {
     "python",
     "pip",
@@ -103,11 +103,7 @@ def read_setup_py(root: Path, rel: str, project: Project, entry: bool) -> None:
 def read_pipfile(root: Path, rel: str, project: Project, entry: bool) -> None:
     source, data = load_toml(root / rel, rel)
     project.sources.append(f"{rel} (pipenv)")
-    sources = {
-        s.get("name"): s.get("url")
-        for s in data.get("source", [])
-        if isinstance(s, dict) and isinstance(s.get("url"), str)
-    }
+    sources = source_urls(data.get("source"))
     version = data.get("requires", {}).get("python_version")
     if isinstance(version, str):
         project.set_python(f"=={version}.*", f"{rel} [requires]")
@@ -136,12 +132,10 @@ def _conda_text(spec: str) -> tuple[str, str]:
     "==2.1.0"), "python >= 3.8" -> ("python", ">=3.8"), "numpy 1.24" -> ("numpy", "==1.24.*");
     a build string ("=py3.10_cuda11.8_0", "numpy 1.24 py310_0") is dropped."""
     spec = spec.split("::", 1)[-1].strip()
-    for i, char in enumerate(spec):
-        if char in "=<>!~ ":
-            name, rest = spec[:i], spec[i:].strip()
-            break
-    else:
+    end = re.search("[=<>!~ ]", spec)
+    if end is None:
         return spec, ""
+    name, rest = spec[: end.start()], spec[end.start() :].strip()
     if rest[:1] in "<>!~" or rest.startswith("=="):
         rest = "".join(rest.split())  # ">= 3.8, <4" -> ">=3.8,<4"
         return name, rest
@@ -188,8 +182,8 @@ def read_conda(root: Path, rel: str, project: Project, entry: bool) -> None:
         elif name in _CONDA_SKIP:
             continue
         else:
-            texts.append(_CONDA_TORCH.get(name, name) + spec)
-            if name not in _CONDA_TORCH and name not in ("torchvision", "torchaudio"):
+            texts.append(("torch" if name == "pytorch" else name) + spec)
+            if name not in ("pytorch", "torchvision", "torchaudio"):
                 conda_only.append(name)
     if entry:
         read_requirement_texts(texts, f"{rel} (conda)", project, source)

@@ -41,6 +41,15 @@ def toml_table(data: Any, *keys: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def source_urls(tables: Any) -> dict[Any, str]:
+    """name -> URL of each `[[source]]` table that has one (poetry, Pipfile)."""
+    return {
+        table.get("name"): table["url"]
+        for table in (tables if isinstance(tables, list) else [])
+        if isinstance(table, dict) and isinstance(table.get("url"), str)
+    }
+
+
 def poetry_spec(text: str) -> str | None:
     """A poetry version constraint as a PEP 440 specifier ("^1.2" -> ">=1.2,<2.0")."""
     text = text.strip()
@@ -62,8 +71,7 @@ def poetry_spec(text: str) -> str | None:
         return f">={base},<{'.'.join(map(str, upper))}"
     if text[0].isdigit():
         return f"=={text}"
-    parts = [p.strip() for p in text.replace(",", " ").split() if p.strip()]
-    spec = ",".join(parts)
+    spec = ",".join(text.replace(",", " ").split())
     try:
         SpecifierSet(spec)
     except InvalidSpecifier:
@@ -81,8 +89,7 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
     if toml_table(data, "tool", "pdm"):
         kinds.append("PDM")
     project.sources.append(f"{rel} ({', '.join(kinds) or 'no dependencies'})")
-    here = str(Path(rel).parent) if "/" in rel else ""
-    if "build-system" in data and entry and here == "":
+    if "build-system" in data and entry and "/" not in rel:  # the root's own pyproject
         project.install_project = True
     requires = pep621.get("requires-python")
     if isinstance(requires, str):
@@ -111,11 +118,7 @@ def read_pyproject(root: Path, rel: str, project: Project, entry: bool) -> None:
 
 
 def _poetry(rel: str, poetry: dict[str, Any], project: Project, entry: bool, source: str) -> None:
-    sources: dict[Any, str] = {
-        s.get("name"): str(s["url"])
-        for s in poetry.get("source", [])
-        if isinstance(s, dict) and isinstance(s.get("url"), str)
-    }
+    sources = source_urls(poetry.get("source"))
     for name, url in sources.items():
         refuse_credential(url, f"{rel} [tool.poetry.source] {name}", project)
     texts: list[str] = []
@@ -160,6 +163,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
     """uv indexes and sources, PDM sources: the index torch comes from names its variant."""
     uv = toml_table(data, "tool", "uv")
     named: dict[str, str] = {}
+    local_names: set[str] = set()  # installed from the tree, not from an index
     tables = [("tool.uv.index", i) for i in uv.get("index", [])]
     tables += [("tool.pdm.source", s) for s in toml_table(data, "tool", "pdm").get("source", [])]
     for table, index in tables:
@@ -168,6 +172,8 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
             named[str(index.get("name", ""))] = index["url"]
     for name, value in toml_table(uv, "sources").items():
         where = f"{rel} [tool.uv.sources] {name}"
+        if isinstance(value, dict) and ("path" in value or "workspace" in value):
+            local_names.add(canonicalize_name(name))
         entries = value if isinstance(value, list) else [value]
         for source in entries:
             if not isinstance(source, dict) or not _on_linux(source.get("marker")):
@@ -189,12 +195,7 @@ def _indexes(rel: str, data: dict[str, Any], project: Project) -> None:
                 project.not_understood.append(f"{where}: uv workspace member not installed")
     for url in named.values():
         project.set_variant(variant_of_url(url), f"{rel} index {url}")
-    local_names = {
-        canonicalize_name(name)
-        for name, value in toml_table(uv, "sources").items()
-        if isinstance(value, dict) and ("path" in value or "workspace" in value)
-    }
-    if local_names:  # installed from the tree, not from an index
+    if local_names:
         project.deps = [d for d in project.deps if d.name not in local_names]
         project.inline = [t for t in project.inline if name_of(t) not in local_names]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
@@ -18,24 +18,8 @@ from packaging.version import Version
 from gpulaunch.errors import ConfigError
 from gpulaunch.project.model import Project
 
-
-class Row(Protocol):
-    @property
-    def torch(self) -> str: ...
-    @property
-    def variant(self) -> str: ...
-    @property
-    def cuda(self) -> str | None: ...
-    @property
-    def python_min(self) -> str: ...
-    @property
-    def python_max(self) -> str: ...
-    @property
-    def torchvision(self) -> str | None: ...
-    @property
-    def torchaudio(self) -> str | None: ...
-    @property
-    def confidence(self) -> str: ...
+if TYPE_CHECKING:
+    from gpulaunch.catalog.request import MatrixRow
 
 
 @dataclass
@@ -59,9 +43,15 @@ def _spec(text: str, what: str) -> SpecifierSet:
         raise ConfigError(f"{what}: cannot understand the specifier {text!r}") from None
 
 
-def _pythons(row: Row) -> list[str]:
+def _pythons(row: MatrixRow) -> list[str]:
     lo, hi = Version(row.python_min), Version(row.python_max)
     return [f"3.{m}" for m in range(lo.minor, hi.minor + 1) if lo.major == 3]
+
+
+def _python_fits(project: Project, rows: list[MatrixRow]) -> list[MatrixRow]:
+    """The rows with a Python the project's requires-python allows."""
+    spec = _spec(project.python_spec or "", project.python_where or "requires-python")
+    return [r for r in rows if any(Version(p) in spec for p in _pythons(r))]
 
 
 def cuda_of_variant(variant: str) -> str | None:
@@ -72,13 +62,13 @@ def cuda_of_variant(variant: str) -> str | None:
     return None
 
 
-def _versions(rows: Sequence[Row]) -> str:
+def _versions(rows: Sequence[MatrixRow]) -> str:
     return ", ".join(sorted({r.torch for r in rows}, key=Version)[-6:])
 
 
 def reconcile(
     project: Project,
-    rows: Sequence[Row],
+    rows: Sequence[MatrixRow],
     *,
     torch: str | None,
     cuda: str | None,
@@ -100,20 +90,15 @@ def reconcile(
                 + _outside(spec, everything)
             )
         choice.notes.append(f"torch pin found in {pin.where}: torch{pin.specifier}")
-    elif torch is not None:
-        if torch != "none":
-            rows = [r for r in rows if r.torch == torch or r.torch.startswith(torch + ".")] or rows
-        overridden = (
-            pin is not None
-            and bool(pin.specifier)
-            and torch != "none"
-            and not any(Version(r.torch) in _spec(pin.specifier, "torch") for r in rows)
-        )
-        if overridden:
-            assert pin is not None
-            choice.warnings.append(
-                f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
-            )
+    elif torch is not None and torch != "none":
+        rows = [r for r in rows if r.torch == torch or r.torch.startswith(torch + ".")] or rows
+        if pin is not None and pin.specifier:
+            spec = _spec(pin.specifier, "torch")
+            overridden = not any(Version(r.torch) in spec for r in rows)
+            if overridden:
+                choice.warnings.append(
+                    f"--torch {torch} overrides the project's torch{pin.specifier} ({pin.where})"
+                )
     rows = _constrained(project, rows, torch, choice)
     variant = _variant(project, cuda, choice)
     if variant is not None:
@@ -121,17 +106,13 @@ def reconcile(
         if not with_variant:
             _no_variant(project, variant, rows, torch, python)
         rows = with_variant
-    rows = _python_rows(project, rows, python, choice)
-    rows = rows if overridden else _companion_rows(project, rows, choice)
+    rows = _python_rows(project, rows, python)
+    rows = rows if overridden else _companion_rows(project, rows)
     trusted = [r for r in rows if r.confidence != "low"] or rows
     if cuda != "cpu" and variant != "cpu":
         # never a default whose CUDA builds are all unverified or whose images all carry an
         # unverified driver rule
-        ready = {
-            r.torch
-            for r in rows
-            if r.cuda and getattr(r, "driver_verified", True) and getattr(r, "verified", True)
-        }
+        ready = {r.torch for r in rows if r.cuda and r.driver_verified and r.verified}
         trusted = [r for r in trusted if r.torch in ready] or trusted
     best = max(trusted, key=lambda r: Version(r.torch))
     if pin is not None or torch is not None or project.torch_constraints:
@@ -143,7 +124,9 @@ def reconcile(
     return choice
 
 
-def _constrained(project: Project, rows: list[Row], torch: str | None, choice: Choice) -> list[Row]:
+def _constrained(
+    project: Project, rows: list[MatrixRow], torch: str | None, choice: Choice
+) -> list[MatrixRow]:
     """What else binds torch (a lock, a constraints file, a dependency's own requirement):
     a torch none of them allows would not resolve, so it is never chosen; a conflict is
     refused naming both sides (warned when --torch chose)."""
@@ -169,7 +152,7 @@ def _constrained(project: Project, rows: list[Row], torch: str | None, choice: C
     return rows
 
 
-def _outside(spec: SpecifierSet, rows: Sequence[Row]) -> str:
+def _outside(spec: SpecifierSet, rows: Sequence[MatrixRow]) -> str:
     """Why a torch pin matches no catalog release: older than the oldest, newer than the
     newest (each named with its builds), or between releases."""
     known = sorted({r.torch for r in rows}, key=Version)
@@ -192,11 +175,11 @@ def _outside(spec: SpecifierSet, rows: Sequence[Row]) -> str:
     return f"; known: {_versions(rows)}"
 
 
-def _nearest(variant: str, rows: Sequence[Row]) -> Row | None:
+def _nearest(variant: str, rows: Sequence[MatrixRow]) -> MatrixRow | None:
     """The build closest to `variant`: the nearest CUDA (a CPU build only for a CPU ask),
     then the newest torch."""
 
-    def distance(row: Row) -> int:
+    def distance(row: MatrixRow) -> int:
         if (row.variant == "cpu") != (variant == "cpu"):
             return 10_000
         if variant.startswith("cu") and row.variant.startswith("cu"):
@@ -208,15 +191,12 @@ def _nearest(variant: str, rows: Sequence[Row]) -> Row | None:
 
 
 def _no_variant(
-    project: Project, variant: str, rows: list[Row], torch: str | None, python: str | None
+    project: Project, variant: str, rows: list[MatrixRow], torch: str | None, python: str | None
 ) -> None:
     """Refuse a project's CUDA build the catalog lacks, naming a build that keeps its other
     constraints (its Python range): `--cuda X.Y` chooses it."""
     builds = sorted({r.variant for r in rows}, key=lambda v: (v == "cpu", len(v), v))
-    fitting = rows
-    if python is None and project.python_spec:
-        spec = _spec(project.python_spec, project.python_where or "requires-python")
-        fitting = [r for r in rows if any(Version(p) in spec for p in _pythons(r))]
+    fitting = _python_fits(project, rows) if python is None and project.python_spec else rows
     near = _nearest(variant, fitting)
     hint = ""
     if near is not None:
@@ -249,13 +229,10 @@ def _variant(project: Project, cuda: str | None, choice: Choice) -> str | None:
     return project.variant
 
 
-def _python_rows(
-    project: Project, rows: list[Row], python: str | None, choice: Choice
-) -> list[Row]:
+def _python_rows(project: Project, rows: list[MatrixRow], python: str | None) -> list[MatrixRow]:
     if python is not None or not project.python_spec:
         return rows
-    spec = _spec(project.python_spec, project.python_where or "requires-python")
-    fitting = [r for r in rows if any(Version(p) in spec for p in _pythons(r))]
+    fitting = _python_fits(project, rows)
     if fitting:
         return fitting
     ranges = sorted({f"{r.python_min}-{r.python_max}" for r in rows})
@@ -266,7 +243,7 @@ def _python_rows(
     )
 
 
-def _pick_python(project: Project, row: Row, python: str | None, default: str) -> str | None:
+def _pick_python(project: Project, row: MatrixRow, python: str | None, default: str) -> str | None:
     if python is not None:
         return python
     if not project.python_spec:
@@ -280,7 +257,7 @@ def _pick_python(project: Project, row: Row, python: str | None, default: str) -
     )
 
 
-def _companion_rows(project: Project, rows: list[Row], choice: Choice) -> list[Row]:
+def _companion_rows(project: Project, rows: list[MatrixRow]) -> list[MatrixRow]:
     for name in ("torchvision", "torchaudio"):
         dep = project.pin(name)
         if dep is None or not dep.specifier or _exact(dep.specifier):
@@ -302,7 +279,7 @@ def _exact(spec: str) -> str | None:
     return None
 
 
-def _companions(project: Project, row: Row, choice: Choice, overridden: bool) -> None:
+def _companions(project: Project, row: MatrixRow, choice: Choice, overridden: bool) -> None:
     """The project's torchvision/torchaudio: its exact pin is kept (with a warning when the
     catalog pairs another), unless --torch overrode its torch pin, to which its companion
     pins were tied: then they yield to the catalog's pairing with the new torch too."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
@@ -23,7 +24,6 @@ from gpulaunch.project.model import (
     ReqFile,
     pick_extra,
     variant_of_url,
-    variant_of_version,
     wheel_name,
 )
 
@@ -66,27 +66,19 @@ _SIMPLE = re.compile(
 )
 
 
-class Parsed(NamedTuple):
-    """What gpulaunch keeps of one PEP 508 requirement (packaging's names for the parts)."""
-
-    name: str  # canonical
-    text: str  # packaging's str(Requirement)
-    specifier: str  # packaging's str(SpecifierSet)
-    url: str | None
-
-
-def parse_requirement(text: str) -> Parsed:
-    """One PEP 508 string as packaging reads it; InvalidRequirement when it is not one."""
+def parse_requirement(text: str, where: str = "") -> Dep:
+    """One PEP 508 string as packaging reads it (its canonical name, str(Requirement) and
+    str(SpecifierSet)); InvalidRequirement when it is not one."""
     found = _SIMPLE.fullmatch(text)
     if found is not None:
-        quick = _quick(found)
+        quick = _quick(found, where)
         if quick is not None:
             return quick
     req = Requirement(text)
-    return Parsed(canonicalize_name(req.name), str(req), str(req.specifier), req.url)
+    return Dep(canonicalize_name(req.name), str(req), str(req.specifier), req.url, where)
 
 
-def _quick(found: re.Match[str]) -> Parsed | None:
+def _quick(found: re.Match[str], where: str) -> Dep | None:
     name = canonicalize_name(found["name"])
     if name in TORCH_FAMILY:
         return None  # the lines that decide the image: always packaging's answer
@@ -99,7 +91,7 @@ def _quick(found: re.Match[str]) -> Parsed | None:
     extras = found["extras"]
     shown = ",".join(sorted({e.strip(" \t") for e in extras.split(",")})) if extras else ""
     text = found["name"] + (f"[{shown}]" if shown else "") + spec
-    return Parsed(name, text, spec, None)
+    return Dep(name, text, spec, None, where)
 
 
 class Line(NamedTuple):
@@ -120,27 +112,17 @@ def logical_lines(text: str) -> list[Line]:
     starts a comment."""
     out: list[Line] = []
     buf: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, 1):
         if not buf:
-            if not raw.endswith("\\"):  # the common line: no continuation to join
-                joined = _strip_comment(raw).strip()
-                if joined:
-                    out.append(Line(number, number, joined))
-                continue
             start = number
-        if raw.endswith("\\"):
-            buf.append(raw[:-1])
-            continue
-        buf.append(raw)
+        buf.append(raw.removesuffix("\\"))
+        if raw.endswith("\\") and number < len(lines):
+            continue  # joined with the next line (the last one ends the text anyway)
         joined = _strip_comment(" ".join(buf)).strip()
         buf = []
         if joined:
             out.append(Line(start, number, joined))
-    if buf:
-        joined = _strip_comment(" ".join(buf)).strip()
-        if joined:
-            out.append(Line(start, start + len(buf) - 1, joined))
     return out
 
 
@@ -167,20 +149,17 @@ def split_options(text: str) -> tuple[str, list[str]]:
 
 def _option_pairs(tokens: list[str]) -> list[tuple[str, str | None]]:
     pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
+    words = iter(tokens)
+    for token in words:
         if token.startswith("--") and "=" in token:
             name, value = token.split("=", 1)
             pairs.append((name, value))
         elif len(token) > 2 and token[:2] in ("-r", "-c", "-e", "-i", "-f") and token[1] != "-":
             pairs.append((token[:2], token[2:].strip()))
         elif token in (*_INCLUDE, *_EDITABLE, *_INDEX) or token in _VALUED:
-            pairs.append((token, tokens[i + 1] if i + 1 < len(tokens) else None))
-            i += 1
+            pairs.append((token, next(words, None)))  # the option's value
         else:
             pairs.append((token, None))
-        i += 1
     return pairs
 
 
@@ -197,9 +176,6 @@ class _Reader:
         self.project = project
         self.seen: set[str] = set()
 
-    def rel(self, path: Path) -> str:
-        return path.resolve().relative_to(self.root).as_posix()
-
     def inside(self, base: Path, target: str, where: str) -> Path | None:
         path = (base / target).resolve()
         if not path.is_relative_to(self.root):
@@ -208,7 +184,8 @@ class _Reader:
         return path
 
     def read(self, path: Path, role: str = "r") -> None:
-        rel = self.rel(path)
+        """`path`: resolved, inside the root (`inside`)."""
+        rel = path.relative_to(self.root).as_posix()
         if rel in self.seen:
             return
         self.seen.add(rel)
@@ -239,12 +216,12 @@ class _Reader:
             elif name not in (*_IGNORED, *_INCLUDE, *_EDITABLE, *_INDEX):
                 self.project.not_understood.append(f"{where}: option {name} ignored")
         if req_text:
-            self.requirement(req_text, where, record, line, role, hashed=bool(pairs))
+            self.requirement(req_text, where, record, line, role)
 
     def local(self, arg: str, editable: bool, where: str, record: ReqFile, line: Line) -> None:
         if "://" in arg and not arg.startswith("file:"):
             # `-e git+https://...#egg=name`: a VCS requirement, installed as one
-            self.requirement(arg, where, record, line, "r", hashed=False)
+            self.requirement(arg, where, record, line, "r")
             return
         target = arg.removeprefix("file:").split("#", 1)[0].split("[", 1)[0]
         path = self.inside(self.root, target or ".", where)
@@ -254,16 +231,14 @@ class _Reader:
         rel = path.relative_to(self.root).as_posix() if path != self.root else "."
         self.project.add_local(LocalInstall(rel, editable, where))
 
-    def requirement(
-        self, text: str, where: str, record: ReqFile, line: Line, role: str, hashed: bool
-    ) -> None:
+    def requirement(self, text: str, where: str, record: ReqFile, line: Line, role: str) -> None:
         if _looks_local(text):
             self.local(text, False, where, record, line)
             return
         if "://" in text and "@" not in text.split("://", 1)[0]:
             text = _bare_url(text)
         try:
-            req = parse_requirement(text)
+            req = parse_requirement(text, where)
         except InvalidRequirement as err:
             reason = f"{where}: {text!r} is not a requirement ({_first_line(err)})"
             self.project.not_understood.append(reason)
@@ -276,20 +251,16 @@ class _Reader:
                 why = f"{where} (constraint torch{req.specifier})"
                 self.project.torch_constraints.append((req.specifier, why))
             return
-        spec = req.specifier
         if req.url:
             wheel = wheel_name(req.url)
             if wheel is not None and wheel[0] == name:
-                spec = f"=={wheel[1]}"
+                req = replace(req, specifier=f"=={wheel[1]}")
                 if name == "torch" and wheel[2].startswith("cp"):
                     digits = wheel[2][2:]
                     self.project.set_python(f"=={digits[0]}.{digits[1:]}.*", f"{where} (wheel)")
-            self.project.set_variant(variant_of_url(req.url), f"{where} ({req.url})")
             if name in TORCH_FAMILY and name not in self.project.image_torch:
                 record.drop.append((line.first, line.last))  # gpulaunch installs torch itself
-        if name == "torch":
-            self.project.set_variant(variant_of_version(spec), f"{where} (torch{spec})")
-        self.project.deps.append(Dep(name, req.text, spec, req.url, where))
+        self.project.add_dep(req)
 
 
 def _bare_url(url: str) -> str:
@@ -335,6 +306,9 @@ def refuse_credential(text: str, where: str, project: Project) -> None:
     project.invalid.append(reason)
 
 
+_NAME_END = re.compile("[=<>!~[ ;@\"',]")
+
+
 def _line_index(source: str) -> dict[str, int]:
     """Each name a dependency file's lines start with (`"torch>=2"`, `torch = "^2"`,
     `- pytorch=2.1`), canonical, to the first line that names it, so a refusal can point at
@@ -342,10 +316,7 @@ def _line_index(source: str) -> dict[str, int]:
     index: dict[str, int] = {}
     for number, raw in enumerate(source.splitlines(), 1):
         token = raw.strip().lstrip("-").strip().strip("\"'").split("::")[-1]
-        for i, char in enumerate(token):
-            if char in "=<>!~[ ;@\"',":
-                token = token[:i]
-                break
+        token = _NAME_END.split(token, 1)[0]
         if token:
             index.setdefault(canonicalize_name(token), number)
     return index
@@ -378,17 +349,11 @@ def read_requirement_texts(
             first, _, rest = where.partition(" ")
             here = f"{first}:{line}" + (f" {rest}" if rest else "")
         refuse_credential(text, here, project)
-        name = req.name
-        spec = req.specifier
         if req.url and req.url.startswith("file:"):
             target = req.url.removeprefix("file:").lstrip("/") or "."
             project.add_local(LocalInstall(PurePosixPath(target).as_posix(), False, here))
             continue
-        if req.url:
-            project.set_variant(variant_of_url(req.url), f"{here} ({req.url})")
-        if name == "torch":
-            project.set_variant(variant_of_version(spec), f"{here} (torch{spec})")
-        project.deps.append(Dep(name, text.strip(), spec, req.url, here))
+        project.add_dep(replace(req, text=text.strip(), where=here))
         project.inline.append(text.strip())
 
 

@@ -13,19 +13,19 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from gpulaunch.project import requirements
-from gpulaunch.project.model import Project
-from gpulaunch.project.requirements import Parsed, parse_requirement, read_requirements
+from gpulaunch.project.model import Dep, Project
+from gpulaunch.project.requirements import parse_requirement, read_requirements
 
 
-def _packaging(text: str) -> Parsed | str:
+def _packaging(text: str) -> Dep | str:
     try:
         req = Requirement(text)
     except InvalidRequirement:
         return "invalid"
-    return Parsed(canonicalize_name(req.name), str(req), str(req.specifier), req.url)
+    return Dep(canonicalize_name(req.name), str(req), str(req.specifier), req.url)
 
 
-def _ours(text: str) -> Parsed | str:
+def _ours(text: str) -> Dep | str:
     try:
         return parse_requirement(text)
     except InvalidRequirement:
@@ -184,7 +184,7 @@ def test_big_requirements_file_reads_the_same_as_packaging(tmp_path: Path) -> No
     assert len(project.deps) == len(lines)
     for dep, line in zip(project.deps, lines, strict=True):
         want = _packaging(line.split("  #")[0])
-        assert isinstance(want, Parsed)
+        assert isinstance(want, Dep)
         assert (dep.name, dep.text, dep.specifier, dep.url) == (
             want.name,
             want.text,
