@@ -24,7 +24,15 @@ from pydantic import (
 
 from gpulaunch.errors import ConfigError
 from gpulaunch.secretshape import secret_kind
-from gpulaunch.textcheck import bad_char, env_item, parse_gpus, single_line, split_mount
+from gpulaunch.textcheck import (
+    bad_char,
+    docker_size,
+    env_item,
+    parse_gpus,
+    parse_ref,
+    single_line,
+    split_mount,
+)
 from gpulaunch.textcheck import parse_price as parse_price  # its home: below pydantic
 from gpulaunch.yamlio import CONFIG_NAME as CONFIG_NAME  # its home: below pydantic
 from gpulaunch.yamlio import parse_yaml_bytes, read_bytes
@@ -35,10 +43,8 @@ SCHEMA_VERSION = 1
 _APT_PKG = re.compile(r"[a-z0-9][a-z0-9+.\-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+:~\-]+)?")
 _NAME = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
 _VERSION = re.compile(r"[A-Za-z0-9.+_-]+")
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _URL = re.compile(r"(https?|file)://[^\s]+")
 MAX_NAME = 128
-_SHM = re.compile(r"[0-9]+[bkmgBKMG]?")
 _CAP = re.compile(r"(CAP_)?[A-Z][A-Z0-9_]*")
 
 NcclPreset = Literal["auto", "nvlink", "pcie", "ib-gdr", "tcp", "debug", "safe", "none"]
@@ -183,8 +189,8 @@ class ImageSettings(_Model):
     @field_validator("base")
     @classmethod
     def _base(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE_REF.fullmatch(value):
-            raise ValueError(f"{value!r} is not an image reference")
+        if value is not None:
+            parse_ref(value)
         return value
 
     @field_validator("system_packages")
@@ -252,8 +258,8 @@ class DockerOptions(_Model):
     @field_validator("shm_size", "memory")
     @classmethod
     def _shm(cls, value: str | None) -> str | None:
-        if value is not None and not _SHM.fullmatch(value):
-            raise ValueError(f"{value!r} is not a size like 16g")
+        if value is not None:
+            docker_size(value)
         return value
 
 
@@ -345,8 +351,8 @@ class LaunchSettings(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE_REF.fullmatch(value):
-            raise ValueError(f"{value!r} is not an image reference")
+        if value is not None:
+            parse_ref(value)
         return value
 
     @field_validator("node_selector", "node_affinity")

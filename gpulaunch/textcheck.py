@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import NamedTuple
 
 # What str.splitlines() splits on, plus every control/format-breaking category below.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
@@ -239,3 +240,66 @@ def parse_price(value: object) -> str:
     if text is None or not _PRICE.fullmatch(text):
         raise ValueError(f"{value!r} is not a price (a number such as 2.49)")
     return text
+
+
+_SIZE = re.compile(r"([0-9]+)([bkmgBKMG]?)")
+SIZE_FACTORS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def docker_size(text: str) -> tuple[int, str]:
+    """docker's size ("16g", "512m", "3000000") as (number, unit: "", "k", "m" or "g"): the
+    one reading of `docker.shm_size` and `docker.memory` for the engine and the exports."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size like 16g")
+    number, unit = match.groups()
+    return int(number), unit.lower().replace("b", "")
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_REPO = re.compile(
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]+)*(?::[0-9]{1,5})?"
+)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+class ImageRef(NamedTuple):
+    """REGISTRY/PATH[:TAG][@sha256:...] split into its parts."""
+
+    registry: str  # "" when the reference names none (Docker Hub or a local image)
+    path: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def repository(self) -> str:
+        return f"{self.registry}/{self.path}" if self.registry else self.path
+
+    def __str__(self) -> str:
+        out = self.repository + (f":{self.tag}" if self.tag else "")
+        return out + (f"@{self.digest}" if self.digest else "")
+
+
+def parse_ref(text: str) -> ImageRef:
+    """Docker's reference grammar, the one reading of `image.base`, `launch.image`, --image
+    and --push; a first part with `.` or `:` (or localhost) is a registry."""
+    rest, _, digest = text.partition("@")
+    if digest and not _DIGEST.fullmatch(digest):
+        raise ValueError(f"{text!r} has an invalid digest (sha256:<64 hex>)")
+    first, slash, remainder = rest.partition("/")
+    registry = ""
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        registry, rest = first, remainder
+        if not _HOST.fullmatch(registry):
+            raise ValueError(f"{registry!r} is not a registry host[:port]")
+    path, tag = rest, ""
+    if ":" in rest:
+        path, _, tag = rest.rpartition(":")
+        if not _TAG.fullmatch(tag):
+            raise ValueError(f"{tag!r} is not a valid tag")
+    if not _REPO.fullmatch(path):
+        raise ValueError(f"{text!r} is not an image reference (REGISTRY/NAME[:TAG])")
+    return ImageRef(registry, path, tag, digest)

@@ -75,6 +75,17 @@ launch:
         ("image: {}\n", "name: required field is missing"),
         ("version: 2\nname: x\n", "version: 2 is not supported"),
         ("name: x\nprofiles: {fast: {nccl: warp}}\n", "profiles.fast.nccl: 'warp' is not allowed"),
+        # image references and sizes are read by the same parsers as --image and the exports
+        (
+            "name: x\nlaunch: {image: reg.io/Team/x}\n",
+            "launch.image: 'reg.io/Team/x' is not an image reference (REGISTRY/NAME[:TAG])",
+        ),
+        (
+            "name: x\nimage: {base: 'reg.io/x:t\u00e4g'}\n",
+            "image.base: 't\u00e4g' is not a valid tag",
+        ),
+        ("name: x\nimage: {base: 'x@sha256:12'}\n", "image.base: 'x@sha256:12' has an invalid"),
+        ("name: x\nprofiles: {p: {docker: {shm_size: 1.5g}}}\n", "'1.5g' is not a size like 16g"),
     ],
 )
 def test_field_errors_name_the_field(tmp_path: Path, text: str, expected: str) -> None:

@@ -224,21 +224,16 @@ def base_labels(project_name: str, run_id: str) -> dict[str, str]:
     }
 
 
-_BYTE_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
 def _bytes(text: str) -> int:
-    """docker's size text ("16g", "512m", "1024") as bytes, read as the docker SDK reads it."""
+    """docker's size text ("16g", "512m", "1024") as bytes (textcheck.docker_size)."""
     from gpulaunch.errors import EngineError
+    from gpulaunch.textcheck import SIZE_FACTORS, docker_size
 
-    if text[-2:-1].isalpha() and text[-1:] in ("b", "B"):
-        text = text[:-1]
-    suffix = text[-1:].lower()
-    digits, unit = (text, "b") if suffix.isdigit() else (text[:-1], suffix)
     try:
-        return int(float(digits) * _BYTE_UNITS[unit])
-    except (KeyError, ValueError):
+        number, unit = docker_size(text)
+    except ValueError:
         raise EngineError(f"docker: {text!r} is not a size (b, k, m or g)") from None
+    return number * SIZE_FACTORS[unit]
 
 
 def create_body(plan: RunPlan) -> dict[str, Any]:

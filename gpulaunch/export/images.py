@@ -8,60 +8,21 @@ the bytes that were built. A reference without a registry host is refused for cl
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.textcheck import ImageRef
+from gpulaunch.textcheck import parse_ref as check_ref
 
 PUSH_RECORD = Path(".gpulaunch") / "pushed.json"
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_REPO = re.compile(
-    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-)
-_HOST = re.compile(
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]+)*(?::[0-9]{1,5})?"
-)
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """REGISTRY/PATH[:TAG][@sha256:...] split into its parts."""
-
-    registry: str  # "" when the reference names none (Docker Hub or a local image)
-    path: str
-    tag: str = ""
-    digest: str = ""
-
-    @property
-    def repository(self) -> str:
-        return f"{self.registry}/{self.path}" if self.registry else self.path
-
-    def __str__(self) -> str:
-        out = self.repository + (f":{self.tag}" if self.tag else "")
-        return out + (f"@{self.digest}" if self.digest else "")
 
 
 def parse_ref(text: str, where: str) -> ImageRef:
-    """Docker's reference grammar; a first part with `.` or `:` (or localhost) is a registry."""
-    rest, _, digest = text.partition("@")
-    if digest and not _DIGEST.fullmatch(digest):
-        raise ConfigError(f"{where}: {text!r} has an invalid digest (sha256:<64 hex>)")
-    first, slash, remainder = rest.partition("/")
-    registry = ""
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        registry, rest = first, remainder
-        if not _HOST.fullmatch(registry):
-            raise ConfigError(f"{where}: {registry!r} is not a registry host[:port]")
-    path, tag = rest, ""
-    if ":" in rest:
-        path, _, tag = rest.rpartition(":")
-        if not _TAG.fullmatch(tag):
-            raise ConfigError(f"{where}: {tag!r} is not a valid tag")
-    if not _REPO.fullmatch(path):
-        raise ConfigError(f"{where}: {text!r} is not an image reference (REGISTRY/NAME[:TAG])")
-    return ImageRef(registry, path, tag, digest)
+    """textcheck.parse_ref, its refusal naming `where` (the flag or field)."""
+    try:
+        return check_ref(text)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def push_target(text: str) -> ImageRef:

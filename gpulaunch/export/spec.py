@@ -14,12 +14,12 @@ from gpulaunch.engine.runspec import WORKSPACE
 from gpulaunch.errors import ConfigError
 from gpulaunch.gpurequest import GpuRequest
 from gpulaunch.textcheck import dns_1035, single_line
+from gpulaunch.textcheck import docker_size as check_size
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProjectConfig
 
 RDZV_PORT = 29500
-_SHM = re.compile(r"([0-9]+)([bkmgBKMG]?)")
 
 
 @dataclass
@@ -61,28 +61,26 @@ class ExportSpec:
     profile_flags: tuple[str, ...] = ()  # for `gpulaunch run` on the node (Slurm, none mode)
 
 
-def docker_size(size: str, field: str) -> tuple[str, str]:
-    """docker's size ("16g", "512m", "3000000") as (number, unit: "", "k", "m" or "g");
-    ConfigError naming `field` for anything else."""
-    match = _SHM.fullmatch(size)
-    if match is None:
-        raise ConfigError(f"{field}: {size!r} is not a size like 16g")
-    number, unit = match.groups()
-    return number, unit.lower().replace("b", "")
+def docker_size(size: str, field: str) -> tuple[int, str]:
+    """textcheck.docker_size, its refusal naming `field`."""
+    try:
+        return check_size(size)
+    except ValueError as err:
+        raise ConfigError(f"{field}: {err}") from None
 
 
 def k8s_quantity(size: str, field: str = "docker.shm_size") -> str:
     """docker's 16g (GiB) as Kubernetes' 16Gi."""
     number, unit = docker_size(size, field)
-    return number + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
+    return str(number) + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
 
 
 def slurm_memory(size: str) -> str:
     """docker's 64g as sbatch's --mem=64G (Slurm has no bytes: rounded up to MiB)."""
     number, unit = docker_size(size, "docker.memory")
     if not unit:
-        return f"{max(1, -(-int(number) // 2**20))}M"
-    return number + unit.upper()
+        return f"{max(1, -(-number // 2**20))}M"
+    return f"{number}{unit.upper()}"
 
 
 def default_name(config_name: str) -> str:
