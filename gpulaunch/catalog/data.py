@@ -533,11 +533,11 @@ def _load_merged(key: tuple[tuple[str, int, int], ...]) -> Catalog:
 
     raw = overlay.packaged_raw()
     catalog = _parse_catalog(raw)  # the packaged file alone first: its errors name it
-    for path_text, _, _ in key:
+    for path_text, *_ in key:
         path = Path(path_text)
         raw = overlay.merge(raw, overlay.read_overlay(path))
         try:
             catalog = _parse_catalog(raw)
         except _ShapeError as err:
             raise CatalogError(f"catalog overlay {path}: {err.detail}") from None
-    return catalog._replace(overlays=tuple(path for path, _, _ in key))
+    return catalog._replace(overlays=tuple(path for path, *_ in key))

@@ -140,9 +140,11 @@ class RankFailure:
 
     def ended(self) -> str:
         """`exited with 3` or `was killed by SIGKILL (exit 137)`."""
-        if self.exitcode < 0 and -self.exitcode in signal.valid_signals():
-            return f"was killed by {signal.Signals(-self.exitcode).name} (exit {self.code})"
-        return f"exited with {self.code}"
+        try:  # valid_signals() also holds the real-time signals, which Signals does not name
+            name = signal.Signals(-self.exitcode).name if self.exitcode < 0 else None
+        except ValueError:
+            name = None
+        return f"was killed by {name} (exit {self.code})" if name else f"exited with {self.code}"
 
 
 def rank_failure(lines: Sequence[str]) -> RankFailure | None:

@@ -93,6 +93,21 @@ def _overlay(p: Path, m: pytest.MonkeyPatch, args: dict[str, Any]) -> None:
     (folder / "extra.yaml").write_text("version: 1\n")
 
 
+def _overlay_swapped(p: Path, m: pytest.MonkeyPatch, args: dict[str, Any]) -> None:
+    """An overlay replaced by rename with the same size and mtime (cp -p, rsync -t, tar)."""
+    folder = Path(os.environ["XDG_CONFIG_HOME"]) / "gpulaunch" / "catalog.d"
+    folder.mkdir(parents=True)
+    (folder / "extra.yaml").write_text("version: 1\n# AAAA\n")
+
+    def swap() -> None:
+        old = os.stat(folder / "extra.yaml")
+        (folder / "new.tmp").write_text("version: 1\n# BBBB\n")
+        os.utime(folder / "new.tmp", ns=(old.st_atime_ns, old.st_mtime_ns))
+        os.replace(folder / "new.tmp", folder / "extra.yaml")
+
+    args.update(before=True, after=swap)
+
+
 def _moved(p: Path, m: pytest.MonkeyPatch, args: dict[str, Any]) -> None:
     other = p.parent / "other-checkout"
     shutil.copytree(p, other)
@@ -113,6 +128,7 @@ PERTURBATIONS: dict[str, Perturb] = {
     "gpulaunch's code": _package_copy,
     "templates": _templates_copy,
     "catalog overlay": _overlay,
+    "catalog overlay replaced, same size and mtime": _overlay_swapped,
     "project folder": _moved,
 }
 

@@ -437,3 +437,21 @@ def test_torchruns_own_log_lines_are_never_the_ranks_error() -> None:
         assert found.cause == (
             "rank 1 (local rank 1) failed first and exited with 1; its last line: step 10 loss 0.5"
         )
+
+
+@pytest.mark.parametrize("code", [-35, -40, -63])
+def test_a_rank_ended_by_a_real_time_signal_is_explained_by_its_exit_code(code: int) -> None:
+    """Linux's real-time signals (34-64) are valid signals that `signal.Signals` does not
+    name: job output reporting one is explained by the exit code, never an internal error."""
+    from gpulaunch.engine.supervise import rank_failure
+
+    text = (
+        "Root Cause (first observed failure):\n[1]:\n  time : x\n  host : h\n"
+        f"  rank : 1 (local_rank: 1)\n  exitcode : {code} (pid: 7)\n" + "=" * 40 + "\n"
+    )
+    failure = rank_failure(text.splitlines())
+    assert failure is not None
+    assert failure.ended() == f"exited with {128 - code}"
+    found = explain(Evidence(text, exit_code=1, host=False))
+    assert found is not None
+    assert f"failed first and exited with {128 - code}" in found.cause
