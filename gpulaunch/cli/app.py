@@ -41,8 +41,7 @@ class _Group(TyperGroup):
     def format_help(self, ctx: Any, formatter: Any) -> None:
         from gpulaunch.cli import root_help
 
-        if not root_help(self, ctx):
-            super().format_help(ctx, formatter)
+        root_help(self, ctx)
 
     def invoke(self, ctx: Any) -> Any:
         with handle_errors(debug=ctx.params.get("debug", False)):

@@ -36,7 +36,6 @@ class BuildRequest:
     labels: dict[str, str] = field(default_factory=dict)
     # exactly what the engine receives (hashed into the tag; see gpulaunch.engine.context)
     entries: tuple[Entry, ...] = ()
-    ignore_rules: tuple[str, ...] = ()  # the effective .dockerignore (shown, not sent)
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,6 @@ _PRECISION_ENV: dict[str, dict[str, str]] = {
 @dataclass(frozen=True)
 class NcclPreset:
     name: str
-    label: str
-    description: str
     env: Mapping[str, str]
     docker: Mapping[str, Any]
     ifname_default: str | None
@@ -221,8 +219,6 @@ def validate_nccl_presets() -> dict[str, NcclPreset]:
 
     class _Preset(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        label: str
-        description: str
         env: dict[str, str] = Field(default_factory=dict)
         docker: DockerOptions = Field(default_factory=DockerOptions)
         ifname_default: str | None = None
@@ -243,8 +239,6 @@ def validate_nccl_presets() -> dict[str, NcclPreset]:
     for name, preset in parsed.presets.items():
         out[name] = NcclPreset(
             name=name,
-            label=preset.label,
-            description=" ".join(preset.description.split()),
             env=dict(preset.env),
             docker=docker_dict(preset.docker),
             ifname_default=preset.ifname_default,
