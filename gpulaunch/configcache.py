@@ -83,19 +83,9 @@ def entry_path(path: Path, overrides: Sequence[str]) -> Path:
 
 
 def cache_key(raw: bytes, path: Path, overrides: Sequence[str]) -> str:
-    parts = [
-        FORMAT,
-        hashlib.sha256(raw).hexdigest(),
-        os.path.abspath(path),
-        list(overrides),
-        fingerprint(),
-    ]
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode("ascii")).hexdigest()
-
-
-def fingerprint() -> list[Any]:
-    """What validation depends on besides the file: this gpulaunch's code, Python, the
-    libraries that parse and validate, and the host's possible CPUs."""
+    """The file's bytes, path and `--set` items, and what validation depends on besides the
+    file: this gpulaunch's code, Python, the libraries that parse and validate, and the
+    host's possible CPUs."""
     import importlib.util
 
     from gpulaunch.cpulist import possible_cpus
@@ -112,12 +102,19 @@ def fingerprint() -> list[Any]:
         except OSError:
             st = None
         libs.append([lib, origin, st and st.st_size, st and st.st_mtime_ns])
-    return [__version__, code.hexdigest(), sys.version, libs, possible_cpus()]
+    parts = [
+        FORMAT,
+        hashlib.sha256(raw).hexdigest(),
+        os.path.abspath(path),
+        list(overrides),
+        [__version__, code.hexdigest(), sys.version, libs, possible_cpus()],
+    ]
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode("ascii")).hexdigest()
 
 
 def _read(where: Path, key: str) -> ConfigView | None:
     entry = read_cache(where)
-    if not isinstance(entry, dict) or entry.get("key") != key or entry.get("format") != FORMAT:
+    if not isinstance(entry, dict) or entry.get("key") != key:  # the key holds FORMAT
         return None
     from gpulaunch.records.seal import check
 

@@ -24,7 +24,6 @@ from typing import TextIO
 
 from gpulaunch.errors import ConfigError, FileExistsRefusal, GpulaunchError
 
-STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -36,18 +35,15 @@ class DiskFull(GpulaunchError):
     """The disk (or the user's quota) is full: not bad input (exit 1, not 2)."""
 
 
-FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
 def _cannot_write(shown: Path, err: OSError, what: str = "cannot write") -> GpulaunchError:
-    if err.errno in FULL:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFull(f"{shown}: {what}: {err.strerror} (the disk or quota is full)")
     return ConfigError(f"{shown}: {what}: {err.strerror}")
 
 
 def is_stdout(output: str) -> bool:
     """`-o -`, `-o /dev/stdout` and `-o /dev/fd/1` all mean standard output."""
-    return output in STDOUT_NAMES
+    return output in ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 def _split(path: Path, root: Path | None) -> tuple[Path, list[str], str]:
@@ -203,24 +199,23 @@ def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[Tex
 
 
 # -- caches: speed only, never trusted --------------------------------------------------
-CACHE_LIMIT = 4 * 1024 * 1024
+def _xdg(variable: str, *default: str) -> Path:
+    """$variable/gpulaunch, else ~/default/gpulaunch (a relative value is ignored, as XDG
+    says)."""
+    value = os.environ.get(variable, "")
+    return (Path(value) if os.path.isabs(value) else Path.home().joinpath(*default)) / "gpulaunch"
 
 
 def state_dir() -> Path:
     """$GPULAUNCH_STATE_DIR, else $XDG_STATE_HOME/gpulaunch, else ~/.local/state/gpulaunch:
     the record key lives here; no job's mount may reach it (launch/exposure.py)."""
     value = os.environ.get("GPULAUNCH_STATE_DIR", "")
-    if os.path.isabs(value):
-        return Path(value)
-    xdg = os.environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "gpulaunch"
+    return Path(value) if os.path.isabs(value) else _xdg("XDG_STATE_HOME", ".local", "state")
 
 
 def cache_dir() -> Path:
     """$XDG_CACHE_HOME/gpulaunch, else ~/.cache/gpulaunch (the XDG default)."""
-    value = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(value) if os.path.isabs(value) else Path.home() / ".cache") / "gpulaunch"
+    return _xdg("XDG_CACHE_HOME", ".cache")
 
 
 def cache_root() -> Path:
@@ -290,13 +285,10 @@ def read_back(path: Path, limit: int, dir_fd: int | None = None, *, follow: bool
     """
     try:
         fd, _ = open_regular(path, dir_fd=dir_fd, follow=follow)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise ValueError(f"cannot be read: {err.strerror}") from None
-    try:
         with os.fdopen(fd, "rb") as fh:
             raw = fh.read(limit + 1)
+    except FileNotFoundError:
+        raise
     except OSError as err:
         raise ValueError(f"cannot be read: {err.strerror}") from None
     if len(raw) > limit:
@@ -320,12 +312,12 @@ def read_json_back(path: Path, limit: int) -> object:
         raise ValueError(f"is not valid JSON ({err})") from None
 
 
-def read_cache(path: Path, limit: int = CACHE_LIMIT) -> object:
-    """A cache file's JSON, or None when it is missing or anything `read_json_back` refuses: a
-    cache only saves work, so any doubt means recomputing. The caller still checks the shape
-    of what it gets."""
+def read_cache(path: Path) -> object:
+    """A cache file's JSON (at most 4 MiB), or None when it is missing or anything
+    `read_json_back` refuses: a cache only saves work, so any doubt means recomputing. The
+    caller still checks the shape of what it gets."""
     try:
-        return read_json_back(path, limit)
+        return read_json_back(path, 4 * 1024 * 1024)
     except (OSError, ValueError):
         return None
 

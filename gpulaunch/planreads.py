@@ -18,11 +18,12 @@ reuses a plan only when no context entry was added, removed or changed kind
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,11 @@ STATE_DIR = ".gpulaunch"  # never read by a plan, created by the first build
 
 
 @dataclass
-class _Recorder:
+class Recording:
+    """What `recording` yields: the paths below the project that code opened or listed while
+    it was active; `reads()` once the plan is made."""
+
+    project: Path
     roots: tuple[str, ...]
     opened: Counter[str] = field(default_factory=Counter)
     lacking: dict[str, str] = field(default_factory=dict)
@@ -53,22 +58,29 @@ class _Recorder:
                 return os.path.relpath(path, root).replace(os.sep, "/")
         return None
 
-    def saw(self, kind: str, raw: object) -> None:
-        rel = self.rel(raw)
-        if rel is not None and kind == "file":
-            self.opened[rel] += 1
-        elif rel is not None:
-            self.listed.add(rel)
+    def reads(self) -> PlanReads | None:
+        """What the plan read, as it is now; None when a path cannot be vouched for."""
+        full = sorted(rel for rel, count in self.opened.items() if count > 0)
+        lacks = {rel: marker for rel, marker in self.lacking.items() if self.opened[rel] <= 0}
+        return _snapshot(self.project, full, lacks, sorted(self.listed))
 
 
-_active: list[_Recorder] = []
-_hooked = False
+_active: list[Recording] = []
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if _active and event in _EVENTS:
         for recorder in _active:
-            recorder.saw(_EVENTS[event], args[0] if args else None)
+            rel = recorder.rel(args[0] if args else None)
+            if rel is not None and _EVENTS[event] == "file":
+                recorder.opened[rel] += 1
+            elif rel is not None:
+                recorder.listed.add(rel)
+
+
+@functools.cache
+def _install_hook() -> None:
+    sys.addaudithook(_hook)  # for the process's life: idle unless a recording is active
 
 
 @dataclass(frozen=True)
@@ -90,48 +102,51 @@ class PlanReads:
             return None
         files, lacks, folders = data["files"], data["lacks"], data["folders"]
         if not (
-            isinstance(files, dict)
-            and all(v is None or isinstance(v, str) for v in files.values())
-            and isinstance(lacks, dict)
-            and all(isinstance(v, str) for v in lacks.values())
-            and isinstance(folders, dict)
-            and all(v is None or _names(v) for v in folders.values())
+            _values(files, lambda v: v is None or isinstance(v, str))
+            and _values(lacks, lambda v: isinstance(v, str))
+            and _values(folders, lambda v: v is None or _names(v))
         ):
             return None
         return cls(files, lacks, folders)
 
     def still_true(self, project: Path) -> bool:
         """Whether the project still holds what the plan read."""
-        try:
-            for rel, digest in self.files.items():
-                if _digest(project / rel) != digest:
-                    return False
-            for rel, marker in self.lacks.items():
-                data = _read(project / rel)
-                if data is None or marker.encode() in data:
-                    return False
-        except _Unsure:
-            return False
-        return all(_listing(project / rel) == names for rel, names in self.folders.items())
+        return _snapshot(project, self.files, self.lacks, self.folders) == self
+
+
+def _values(value: object, ok: Callable[[object], bool]) -> bool:
+    return isinstance(value, dict) and all(ok(v) for v in value.values())
 
 
 def _names(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-class _Unsure(Exception):
-    """A path the record cannot vouch for: a FIFO, a folder, a link loop, a file over
-    READ_LIMIT or one that cannot be read."""
+def _snapshot(
+    project: Path, files: Iterable[str], lacks: dict[str, str], folders: Iterable[str]
+) -> PlanReads | None:
+    """These paths of the project as they are now: each file's digest, each folder's names,
+    and the markers files lack; None when a path cannot be vouched for or a file no longer
+    lacks its marker."""
+    try:
+        digests = {rel: _digest(project / rel) for rel in files}
+        for rel, marker in lacks.items():
+            data = _read(project / rel)
+            if data is None or marker.encode() in data:
+                return None
+    except (ValueError, OSError):  # a path the record cannot vouch for (`_read`)
+        return None
+    return PlanReads(digests, dict(lacks), {rel: _listing(project / rel) for rel in folders})
 
 
 def _read(path: Path) -> bytes | None:
-    """The file's bytes (a link followed, as the plan's readers follow it); None: missing."""
+    """The file's bytes (a link followed, as the plan's readers follow it); None: missing.
+    ValueError or OSError for a path the record cannot vouch for: a FIFO, a folder, a link
+    loop, a file over READ_LIMIT or one that cannot be read."""
     try:
         return read_back(path, READ_LIMIT, follow=True)
     except FileNotFoundError:
         return None
-    except (ValueError, OSError):  # read_back's ValueError says why
-        raise _Unsure from None
 
 
 def _digest(path: Path) -> str | None:
@@ -147,39 +162,16 @@ def _listing(path: Path) -> list[str] | None:
         return None
 
 
-@dataclass
-class Recording:
-    """What `recording` yields: `reads()` once the plan is made."""
-
-    project: Path
-    _recorder: _Recorder
-
-    def reads(self) -> PlanReads | None:
-        """What the plan read, as it is now; None when a path cannot be vouched for."""
-        rec = self._recorder
-        full = sorted(rel for rel, count in rec.opened.items() if count > 0)
-        lacks = {rel: marker for rel, marker in rec.lacking.items() if rec.opened[rel] <= 0}
-        try:
-            files = {rel: _digest(self.project / rel) for rel in full}
-        except _Unsure:
-            return None
-        listed = {rel: _listing(self.project / rel) for rel in sorted(rec.listed)}
-        return PlanReads(files, lacks, listed)
-
-
 @contextmanager
 def recording(project: Path) -> Iterator[Recording]:
     """Record what the code run inside reads below `project` (this thread's and any other's
     opens: more reads only make the record stricter)."""
-    global _hooked
-    if not _hooked:
-        sys.addaudithook(_hook)  # for the process's life: idle unless a recording is active
-        _hooked = True
+    _install_hook()
     roots = tuple(dict.fromkeys((os.path.abspath(project), os.path.realpath(project))))
-    recorder = _Recorder(roots)
+    recorder = Recording(project, roots)
     _active.append(recorder)
     try:
-        yield Recording(project, recorder)
+        yield recorder
     finally:
         _active.remove(recorder)
 

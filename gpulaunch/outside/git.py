@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,12 @@ class Published:
         """`rel` (project-relative, `/`-separated) is published, or is a folder holding some."""
         if rel in self.files or rel in self.gitlinks or (is_dir and rel in self.folders):
             return True
-        parts = rel.split("/")
-        return any("/".join(parts[:i]) in self.gitlinks for i in range(1, len(parts)))
+        return any(folder in self.gitlinks for folder in _parents(rel))
+
+
+def _parents(path: str) -> Iterator[str]:
+    """The folders above a `/`-separated path, nearest first: "a/b/c" gives "a/b", "a"."""
+    return (path.rsplit("/", i)[0] for i in range(1, path.count("/") + 1))
 
 
 def published(project: Path) -> Published | None:
@@ -89,13 +94,8 @@ def published(project: Path) -> Published | None:
             gitlinks.add(item.rstrip("/"))
         else:
             files.add(item)
-    folders = {
-        "/".join(parts[:i])
-        for path in files | gitlinks
-        for parts in [path.split("/")]
-        for i in range(1, len(parts))
-    }
-    return Published(frozenset(files), frozenset(gitlinks), frozenset(folders))
+    folders = frozenset(folder for path in files | gitlinks for folder in _parents(path))
+    return Published(frozenset(files), frozenset(gitlinks), folders)
 
 
 def changed_since(project: Path, commit: str) -> list[str] | None:

@@ -7,6 +7,7 @@ Nothing here decides what a failed resolution means for an image: that is `image
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -47,11 +48,8 @@ def dry_run(requirements: list[str], *, timeout: float = TIMEOUT_S) -> Resolutio
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     start = next((i for i, x in enumerate(lines) if "conflict is caused by" in x), None)
     if start is not None:
-        cause = []
-        for line in lines[start + 1 :]:
-            if line.startswith(("To fix", "ERROR", "1.", "2.", "Additionally")):
-                break
-            cause.append(line)
+        stop = ("To fix", "ERROR", "1.", "2.", "Additionally")
+        cause = list(itertools.takewhile(lambda x: not x.startswith(stop), lines[start + 1 :]))
         return Resolution(False, conflict="; ".join(cause[:4]) or lines[-1])
     errors = [x for x in lines if x.startswith("ERROR:")] or lines or [""]
     raise PipUnavailable(f"pip could not resolve: {errors[-1].removeprefix('ERROR: ')}")

@@ -7,19 +7,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 
 from gpulaunch.errors import EngineError
 
 TOOL_TIMEOUT_S = 60
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    argv: list[str]
-    code: int
-    stdout: str
-    stderr: str
 
 
 def find_tool(name: str, fix: str) -> str:
@@ -32,9 +23,9 @@ def find_tool(name: str, fix: str) -> str:
 
 def run_tool(
     argv: list[str], stdin: str | None = None, timeout: float = TOOL_TIMEOUT_S
-) -> ToolResult:
+) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             argv,
             input=stdin,
             capture_output=True,
@@ -47,28 +38,29 @@ def run_tool(
         raise EngineError(f"{argv[0]}: no answer within {timeout:.0f} s") from None
     except OSError as err:
         raise EngineError(f"{argv[0]}: cannot run: {err.strerror}") from None
-    return ToolResult(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def _submit(what: str, argv: list[str], text: str, timeout: float) -> str:
+    """Run a tool with `text` on stdin: its output, or exit 3 with its reason."""
+    result = run_tool(argv, text, timeout)
+    if result.returncode != 0:
+        reason = " ".join(result.stderr.split())[-300:] or f"exit {result.returncode}"
+        raise EngineError(f"{what} failed: {reason}")
+    return result.stdout
 
 
 def kubectl_apply(manifest: str, context: str | None, timeout: float = TOOL_TIMEOUT_S) -> str:
     """`kubectl apply -f -` with the manifest on stdin; its output, or exit 3 with its reason."""
     kubectl = find_tool("kubectl", "install kubectl and point it at your cluster (KUBECONFIG)")
     argv = [kubectl, *(["--context", context] if context else []), "apply", "-f", "-"]
-    result = run_tool(argv, manifest, timeout)
-    if result.code != 0:
-        reason = " ".join(result.stderr.split())[-300:] or f"exit {result.code}"
-        raise EngineError(f"kubectl apply failed: {reason}")
-    return result.stdout
+    return _submit("kubectl apply", argv, manifest, timeout)
 
 
 def sbatch(script: str, timeout: float = TOOL_TIMEOUT_S) -> str:
     """Submit a batch script (on stdin) and return the job id (`sbatch --parsable`)."""
     tool = find_tool("sbatch", "run this on a Slurm login node (slurm-client installed)")
-    result = run_tool([tool, "--parsable"], script, timeout)
-    if result.code != 0:
-        reason = " ".join(result.stderr.split())[-300:] or f"exit {result.code}"
-        raise EngineError(f"sbatch failed: {reason}")
-    job_id = result.stdout.strip().split(";")[0]
+    answer = _submit("sbatch", [tool, "--parsable"], script, timeout).strip()
+    job_id = answer.split(";")[0]
     if not job_id.isdigit():
-        raise EngineError(f"sbatch answered {result.stdout.strip()!r}, not a job id")
+        raise EngineError(f"sbatch answered {answer!r}, not a job id")
     return job_id

@@ -3,6 +3,7 @@ a missing tool is exit 3 with the fix."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def test_submit_k8s_pipes_the_manifest_to_kubectl(
 
     def fake_run(argv: list[str], stdin: str | None = None, timeout: float = 60) -> Any:
         calls.append((argv, stdin))
-        return tools.ToolResult(argv, 0, "job.batch/trainer created\n", "")
+        return subprocess.CompletedProcess(argv, 0, "job.batch/trainer created\n", "")
 
     monkeypatch.setattr(tools, "find_tool", lambda name, fix: f"/usr/bin/{name}")
     monkeypatch.setattr(tools, "run_tool", fake_run)
@@ -78,7 +79,7 @@ def test_submit_slurm_prints_the_job_id(
 
     def fake_run(argv: list[str], stdin: str | None = None, timeout: float = 60) -> Any:
         seen.append(stdin or "")
-        return tools.ToolResult(argv, 0, "4711;cluster\n", "")
+        return subprocess.CompletedProcess(argv, 0, "4711;cluster\n", "")
 
     monkeypatch.setattr(tools, "find_tool", lambda name, fix: f"/usr/bin/{name}")
     monkeypatch.setattr(tools, "run_tool", fake_run)
@@ -96,7 +97,7 @@ def test_sbatch_refusal_is_exit_3(
     monkeypatch.setattr(
         tools,
         "run_tool",
-        lambda argv, stdin=None, timeout=60: tools.ToolResult(
+        lambda argv, stdin=None, timeout=60: subprocess.CompletedProcess(
             argv, 1, "", "sbatch: error: invalid partition specified: gpu\n"
         ),
     )
