@@ -101,7 +101,9 @@ def cache_key(raw: bytes, path: Path, overrides: Sequence[str]) -> str:
             st = os.stat(origin) if origin else None
         except OSError:
             st = None
-        libs.append([lib, origin, st and st.st_size, st and st.st_mtime_ns])
+        # a reinstall writes new files: another inode and ctime even where size and mtime match
+        ident = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) if st else None
+        libs.append([lib, origin, ident])
     parts = [
         FORMAT,
         hashlib.sha256(raw).hexdigest(),
