@@ -213,7 +213,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
             continue
         if not all(_supports(row.archs, row.cuda, cc) for cc in ccs):
             continue
-        verdicts = _verdicts(row.image, row.cuda, host)
+        verdicts = _verdicts(row.image, row.cuda, host.driver, host.brands)
         if not verdicts or not all(v.ok for v in verdicts):
             continue
         (forward if any(v.forward for v in verdicts) else native).append(row)
@@ -227,15 +227,16 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
 def driver_verdicts(resolved: ResolvedImage, host: HostGpus) -> list[driver_rule.Verdict]:
     """The image's driver rule evaluated once per distinct GPU brand of the host (one verdict
     with brand unknown when NVML gave none); [] for CPU images or an unknown driver."""
-    return _verdicts(resolved.base_image, resolved.cuda, host)
+    return _verdicts(resolved.base_image, resolved.cuda, host.driver, host.brands)
 
 
-def _verdicts(image: str, cuda: str | None, host: HostGpus) -> list[driver_rule.Verdict]:
+def _verdicts(
+    image: str, cuda: str | None, driver: str | None, brands: Sequence[str | None]
+) -> list[driver_rule.Verdict]:
     req = driver_rule.requirement_for(image, cuda)
-    if req is None or not host.driver:
+    if req is None or not driver:
         return []
-    brands: list[str | None] = list(dict.fromkeys(host.brands)) or [None]
-    return [driver_rule.host_can_run(req, host.driver, brand) for brand in brands]
+    return [driver_rule.host_can_run(req, driver, b) for b in dict.fromkeys(brands or [None])]
 
 
 def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | None = None) -> None:
@@ -244,11 +245,11 @@ def check(resolved: ResolvedImage, host: HostGpus, selected: Sequence[int] | Non
     The driver rule is the one the container runtime enforces at start (NVIDIA_REQUIRE_CUDA of
     nvidia/cuda images, an NGC release's floor), evaluated with the GPUs' NVML brand: e.g. a
     GeForce on driver 550 cannot start a CUDA 12.8 image, an H100 on R550 can start 13.0."""
-    picked = host
-    if selected is not None and host.brands:
-        picked = HostGpus(host.driver, host.names, tuple(host.brands[i] for i in selected))
     indices = range(len(host.names)) if selected is None else selected
-    for verdict in driver_verdicts(resolved, picked):
+    brands = (
+        host.brands if selected is None or not host.brands else [host.brands[i] for i in selected]
+    )
+    for verdict in _verdicts(resolved.base_image, resolved.cuda, host.driver, brands):
         if not verdict.ok:
             fits = _variants_for_driver(resolved, verdict.driver, verdict.brand)
             alternatives = f"; with this driver use: {', '.join(fits)}" if fits else ""

@@ -10,9 +10,12 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from gpulaunch.errors import CatalogError
+from gpulaunch.errors import CatalogError, ConfigError
+
+if TYPE_CHECKING:
+    from gpulaunch.catalog.overlay import Overlay
 
 CONFIDENCES = ("high", "medium", "low")
 # How a catalog fact is known: high = read from a primary source, medium = from a secondary one;
@@ -273,6 +276,19 @@ class _Node:
         node = self.node(key)
         return {str(k): node.text(str(k), version=True) for k in node.data}
 
+    def read(self, **kinds: str) -> dict[str, Any]:
+        """Fields by kind: "t" text, "v" dotted version, "t?" / "v?" optional (None when
+        absent), "c" the confidence."""
+        out: dict[str, Any] = {}
+        for key, kind in kinds.items():
+            if kind == "c":
+                out[key] = self.confidence()
+            elif kind.endswith("?"):
+                out[key] = self.opt_text(key, version=kind == "v?")
+            else:
+                out[key] = self.text(key, version=kind == "v")
+        return out
+
     def done(self) -> None:
         extra = sorted(set(self.data) - self.seen)
         if extra:
@@ -305,23 +321,15 @@ def _checked_text(value: object, path: str, version: bool) -> str:
     return value
 
 
+_SOURCED = {"confidence": "c", "origin": "t?"}  # what every row an overlay may change carries
+
+
 def _each(nodes: Iterable[_Node], build: Callable[[_Node], T]) -> tuple[T, ...]:
     out = []
     for node in nodes:
         out.append(build(node))
         node.done()
     return tuple(out)
-
-
-def _os_info(name: str, node: _Node) -> OsInfo:
-    info = OsInfo(
-        name,
-        node.text("python", version=True),
-        node.text("glibc", version=True),
-        node.confidence(),
-    )
-    node.done()
-    return info
 
 
 def _cuda_image(node: _Node) -> CudaImage:
@@ -343,40 +351,21 @@ def _variant(node: _Node) -> Variant:
         if not CC_RE.match(arch.removesuffix("+PTX")):
             raise _bad(f"{node.path}.archs", f"bad arch {arch!r}")
     return Variant(
-        node.text("variant"),
-        node.text("cuda", version=True),
-        node.text("status"),
-        node.opt_text("cudnn", version=True) or "",  # unknown for an unverified build
-        archs,
-        node.confidence(),
-        node.opt_text("origin"),
-        node.opt_text("note"),
-    )
-
-
-def _patch(node: _Node) -> Patch:
-    return Patch(
-        node.text("torch", version=True),
-        node.opt_text("torchvision", version=True),
-        node.opt_text("torchaudio", version=True),
-        node.confidence(),
-        node.opt_text("origin"),
+        archs=archs,
+        cudnn=node.opt_text("cudnn", version=True) or "",  # unknown for an unverified build
+        **node.read(variant="t", cuda="v", status="t", note="t?", **_SOURCED),
     )
 
 
 def _release(node: _Node) -> TorchRelease:
     py = node.node("python")
     release = TorchRelease(
-        minor=node.text("minor", version=True),
+        **node.read(minor="v", pypi_default="v", glibc="v", **_SOURCED),
         python_min=py.text("min", version=True),
         python_max=py.text("max", version=True),
         python_experimental=py.texts("experimental", version=True, required=False),
-        pypi_default=node.text("pypi_default", version=True),
-        glibc=node.text("glibc", version=True),
         patches=_each(node.nodes("patches"), _patch),
         variants=_each(node.nodes("variants"), _variant),
-        confidence=node.confidence(),
-        origin=node.opt_text("origin"),
         builds=node.opt_text("builds") or "complete",
     )
     py.done()
@@ -393,17 +382,17 @@ def _release(node: _Node) -> TorchRelease:
     return release
 
 
+def _patch(node: _Node) -> Patch:
+    return Patch(**node.read(torch="v", torchvision="v?", torchaudio="v?", **_SOURCED))
+
+
 def _ngc(node: _Node) -> NgcRelease:
-    return NgcRelease(
-        node.text("tag"),
-        node.text("torch"),
-        node.text("cuda", version=True),
-        node.opt_text("cudnn", version=True),
-        node.text("python", version=True),
-        node.text("os"),
-        node.confidence(),
-        node.opt_text("origin"),
-    )
+    kinds = {"tag": "t", "torch": "t", "cuda": "v", "cudnn": "v?", "python": "v", "os": "t"}
+    return NgcRelease(**node.read(**kinds, **_SOURCED))
+
+
+def _driver(node: _Node) -> ToolkitDriver:
+    return ToolkitDriver(**node.read(cuda="v", driver="v", **_SOURCED))
 
 
 def _gpu(node: _Node) -> Gpu:
@@ -413,27 +402,14 @@ def _gpu(node: _Node) -> Gpu:
             names.append(re.compile(pattern, re.IGNORECASE))
         except re.error as err:
             raise _bad(f"{node.path}.names", f"bad pattern {pattern!r}: {err}") from err
-    return Gpu(node.text("cc", version=True), node.text("arch"), tuple(names), node.confidence())
+    return Gpu(names=tuple(names), **node.read(cc="v", arch="t", confidence="c"))
 
 
 def _window(node: _Node) -> ArchWindow:
-    window = ArchWindow(
-        node.text("cuda", version=True),
-        node.text("min_cc", version=True),
-        node.text("max_cc", version=True),
-    )
+    window = ArchWindow(**node.read(cuda="v", min_cc="v", max_cc="v"))
     if version_key(window.min_cc) > version_key(window.max_cc):
         raise _bad(node.path, f"min_cc {window.min_cc} is above max_cc {window.max_cc}")
     return window
-
-
-def _driver(node: _Node) -> ToolkitDriver:
-    return ToolkitDriver(
-        node.text("cuda", version=True),
-        node.text("driver", version=True),
-        node.confidence(),
-        node.opt_text("origin"),
-    )
 
 
 def _parse_catalog(raw: object) -> Catalog:
@@ -446,7 +422,10 @@ def _parse_catalog(raw: object) -> Catalog:
         gaps(root._get("known_gaps", required=False))
     except CatalogError as err:
         raise _bad("catalog.known_gaps", err.message.split(": ", 2)[-1]) from None
-    os_map = {name: _os_info(name, node) for name, node in root.mapping("os").items()}
+    os_map = {}
+    for name, node in root.mapping("os").items():
+        os_map[name] = OsInfo(name, **node.read(python="v", glibc="v", confidence="c"))
+        node.done()
     defaults = root.node("defaults")
     images = root.node("cuda_images")
     cpu = root.node("cpu_image")
@@ -500,6 +479,17 @@ def _check_consistency(cat: Catalog) -> None:
                 raise _bad(f"torch {rel.minor}", f"variant {v.variant} != CUDA {v.cuda}")
 
 
+def read_data(name: str, prefix: str = "") -> Any:
+    """gpulaunch/data/NAME as plain data (unvalidated); a file that does not read is a
+    CatalogError, its message (which names the file) after `prefix`."""
+    from gpulaunch.yamlio import read_packaged
+
+    try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
+        return read_packaged(name)
+    except ConfigError as err:
+        raise CatalogError(prefix + err.message) from None
+
+
 def load_catalog() -> Catalog:
     """The packaged catalog with the user's overlays merged over it (gpulaunch.catalog.overlay);
     loaded once per process while the overlay files stay the same."""
@@ -516,28 +506,29 @@ def check_overlay(data: dict[str, Any], label: str) -> None:
 
     from gpulaunch.catalog import overlay
 
-    raw = overlay.packaged_raw()
-    for path in overlay.overlay_paths():
-        if Path(label) != path:
-            raw = overlay.merge(raw, overlay.read_overlay(path))
-    checked = overlay.Overlay(Path(label), data, date.today())
-    try:
-        _parse_catalog(overlay.merge(raw, checked))
-    except _ShapeError as err:
-        raise CatalogError(f"catalog overlay {label}: {err.detail}") from None
+    others = [overlay.read_overlay(p) for p in overlay.overlay_paths() if p != Path(label)]
+    _merged([*others, overlay.Overlay(Path(label), data, date.today())])
 
 
 @functools.cache
 def _load_merged(key: tuple[tuple[str, int, int], ...]) -> Catalog:
     from gpulaunch.catalog import overlay
 
+    catalog = _merged([overlay.read_overlay(Path(path)) for path, *_ in key])
+    return catalog._replace(overlays=tuple(path for path, *_ in key))
+
+
+def _merged(overlays: list[Overlay]) -> Catalog:
+    """The packaged catalog with `overlays` merged over it in order, checked after each one so
+    that an error names the file that brought it (the packaged file alone first)."""
+    from gpulaunch.catalog import overlay
+
     raw = overlay.packaged_raw()
-    catalog = _parse_catalog(raw)  # the packaged file alone first: its errors name it
-    for path_text, *_ in key:
-        path = Path(path_text)
-        raw = overlay.merge(raw, overlay.read_overlay(path))
+    catalog = _parse_catalog(raw)
+    for ov in overlays:
+        raw = overlay.merge(raw, ov)
         try:
             catalog = _parse_catalog(raw)
         except _ShapeError as err:
-            raise CatalogError(f"catalog overlay {path}: {err.detail}") from None
-    return catalog._replace(overlays=tuple(path for path, *_ in key))
+            raise CatalogError(f"catalog overlay {ov.path}: {err.detail}") from None
+    return catalog

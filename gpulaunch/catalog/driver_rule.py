@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpulaunch.catalog.data import CONFIDENCES, major_minor, version_key
-from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.catalog.data import CONFIDENCES, major_minor, read_data, version_key
+from gpulaunch.errors import CatalogError
 
 _VERSION_RE = re.compile(r"\d+(?:\.\d+){0,3}")
 _COND_RE = re.compile(r"(cuda|driver|brand|arch)(>=|<=|=|<|>)([A-Za-z0-9.]+)")
@@ -102,12 +102,7 @@ def _alt_floor(alt: tuple[Condition, ...]) -> str | None:
 
 @functools.cache
 def _data() -> dict[str, Any]:
-    from gpulaunch.yamlio import read_packaged
-
-    try:
-        raw = read_packaged("driver_rules.yaml")
-    except ConfigError as err:
-        raise CatalogError(f"driver rules: {err.message}") from None
+    raw = read_data("driver_rules.yaml", "driver rules: ")
     if not isinstance(raw, dict):
         raise CatalogError("driver rules: expected a mapping")
     for key in ("brands", "datacenter_brands", "wheel_floor", "driver_cuda", "require_cuda"):

@@ -20,7 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpulaunch.catalog.data import VERSION_RE, version_key
+from gpulaunch.catalog.data import VERSION_RE, read_data, version_key
 from gpulaunch.errors import CatalogError, ConfigError
 
 PATH_ENV = "GPULAUNCH_CATALOG_PATH"
@@ -94,12 +94,7 @@ def fingerprint(paths: list[Path]) -> tuple[tuple[str, int, int, int, int], ...]
 
 def packaged_raw() -> Any:
     """gpulaunch/data/catalog.yaml as plain data (unvalidated)."""
-    from gpulaunch.yamlio import read_packaged
-
-    try:  # the same loader as gpulaunch.yaml: duplicate keys are refused here too
-        return read_packaged("catalog.yaml")
-    except ConfigError as err:
-        raise CatalogError(f"catalog: {err.message}") from None
+    return read_data("catalog.yaml", "catalog: ")
 
 
 def parse_date(value: object) -> date | None:

@@ -12,8 +12,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpulaunch.catalog.data import DASH, VERSION_RE, Catalog, TorchRelease, version_key
-from gpulaunch.errors import CatalogError, ConfigError
+from gpulaunch.catalog.data import (
+    DASH,
+    VERSION_RE,
+    Catalog,
+    TorchRelease,
+    read_data,
+    version_key,
+)
+from gpulaunch.errors import CatalogError
 
 _PIP_WHEEL_RE = re.compile(r"^pip-(\d+(?:\.\d+)*)-py3-none-any\.whl$")
 DATA = "gpulaunch/data/python_install.yaml"
@@ -39,12 +46,7 @@ def _bad(where: str, why: str) -> CatalogError:
 
 @functools.cache
 def _data() -> dict[str, Any]:
-    from gpulaunch.yamlio import read_packaged
-
-    try:
-        raw = read_packaged("python_install.yaml")
-    except ConfigError as err:
-        raise CatalogError(err.message) from None
+    raw = read_data("python_install.yaml")
     if not isinstance(raw, dict):
         raise _bad("top level", "expected a mapping")
     return raw
@@ -171,12 +173,11 @@ def choose_source(
     oses: Sequence[str] = (),
 ) -> str:
     """Where the venv's Python comes from on a base of `os_name` (on today's date), or a
-    CatalogError naming the nearest choices that can install. `oses` are the OSes the same
+    CatalogError naming the nearest choices that can install (`requested` is never "image":
+    the resolver keeps the image's own Python without asking). `oses` are the OSes the same
     image exists for; `release` (the torch release, if any) says which Pythons torch takes.
     A source whose having this Python is not confirmed adds a warning."""
     distro = cat.os[os_name].python
-    if requested == "image":
-        return "image"
     if requested in (None, "distro") and python == distro:
         return "distro"
     if requested == "distro":

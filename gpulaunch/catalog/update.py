@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpulaunch.catalog import overlay, pypi_facts
-from gpulaunch.catalog.data import DASH, major_minor, version_key
+from gpulaunch.catalog.data import DASH, T, major_minor, version_key
 from gpulaunch.catalog.pypi_facts import ReleaseFacts
 from gpulaunch.errors import CatalogError, ConfigError
 from gpulaunch.outside import pypi
@@ -64,7 +64,9 @@ class Sources:
         self.hub_reached = False  # Docker Hub's tag list answered (cuda_images refreshed)
         self._down: set[str] = set()
 
-    def _get(self, url: str, kind: str, timeout: float) -> dict[str, Any] | str | None:
+    def _get(self, url: str, kind: str, timeout: float, fetch: Callable[..., T]) -> T | None:
+        """`fetch(url, timeout=...)` (pypi.fetch_json or fetch_text) within what is left of
+        the time; None when the source did not answer (recorded)."""
         if kind in self._down:
             return None
         left = self._deadline - time.monotonic()
@@ -73,11 +75,7 @@ class Sources:
             return None
         timeout = min(timeout, left)
         try:
-            data: dict[str, Any] | str = (
-                pypi.fetch_json(url, timeout=timeout)
-                if kind != "index"
-                else pypi.fetch_text(url, timeout=timeout)
-            )
+            data = fetch(url, timeout=timeout)
         except pypi.Unreachable as err:
             if kind != "pypi-release":  # a missing per-release page is not an outage
                 self._down.add(kind)
@@ -90,23 +88,25 @@ class Sources:
         return data
 
     def project(self, name: str) -> dict[str, Any] | None:
-        data = self._get(f"{self.base_url}/{name}/json", f"pypi-{name}", self.timeout)
-        return data if isinstance(data, dict) else None
+        return self._get(
+            f"{self.base_url}/{name}/json", f"pypi-{name}", self.timeout, pypi.fetch_json
+        )
 
     def requires_dist(self, name: str, version: str) -> list[str] | None:
-        data = self._get(f"{self.base_url}/{name}/{version}/json", "pypi-release", self.timeout)
-        if not isinstance(data, dict) or not isinstance(data.get("info"), dict):
+        url = f"{self.base_url}/{name}/{version}/json"
+        data = self._get(url, "pypi-release", self.timeout, pypi.fetch_json)
+        if data is None or not isinstance(data.get("info"), dict):
             return None
         return pypi_facts.requires_dist(data["info"])
 
     def index_page(self, variant: str) -> str | None:
-        data = self._get(f"{self.index_url}/{variant}/torch/", "index", PROBE_TIMEOUT_S)
-        return data if isinstance(data, str) else None
+        url = f"{self.index_url}/{variant}/torch/"
+        return self._get(url, "index", PROBE_TIMEOUT_S, pypi.fetch_text)
 
     def hub_tags(self, cuda_xy: str) -> list[str] | None:
         url = f"{self.hub_url}/v2/repositories/nvidia/cuda/tags?page_size=100&name={cuda_xy}."
-        data = self._get(url, "hub", PROBE_TIMEOUT_S)
-        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        data = self._get(url, "hub", PROBE_TIMEOUT_S, pypi.fetch_json)
+        if data is None or not isinstance(data.get("results"), list):
             return None
         self.hub_reached = True
         return [str(r.get("name")) for r in data["results"][:MAX_TAGS] if isinstance(r, dict)]
