@@ -301,7 +301,7 @@ def hash_entries(
     learned: dict[str, str] | None = None,
 ) -> None:
     """Names, kinds, modes and each file's content digest and size, each framed so no two
-    lists hash alike.
+    lists hash alike (where each entry is sent follows from the Dockerfile, hashed beside).
 
     A file of KNOWN_MIN_BYTES or more (a wheel, a dataset) is read again only when its stat
     changed: `known` maps `stat_key` to the sha256 of its content, as an earlier build read
@@ -309,8 +309,6 @@ def hash_entries(
     gpulaunch.image.build.content_digests)."""
     for entry in entries:
         head = f"\0{entry.kind}\0{len(entry.rel)}:{entry.rel}\0{entry.mode:o}\0"
-        if entry.at:  # where it is sent (an input or the code)
-            head += f"at\0{len(entry.at)}:{entry.at}\0"
         digest.update(head.encode("utf-8", "surrogateescape"))
         if entry.kind == "link":
             digest.update(entry.link.encode("utf-8", "surrogateescape"))
@@ -478,11 +476,7 @@ def refuse_secrets(project: Path, entries: Iterable[Entry]) -> None:
     project folder) not audited as a real secret: it allows its own finding (file, hashed
     secret) and a shape finding on the line it lists.
     """
-    texts = {
-        e.rel: data.decode("utf-8", "replace")
-        for e in entries
-        if e.kind == "file" and (data := _bytes_of(project, e))
-    }
+    texts = {rel: data.decode("utf-8", "replace") for rel, data in _scanned(project, entries)}
     if texts:
         _refuse(_shapes(texts, _baseline(project)))
 
@@ -498,12 +492,9 @@ def refuse_detected_secrets(
     the files found clean, for the caller to remember."""
     scanner = f"detect-secrets {_scanner_version()} -{','.join(_NOISY_PLUGINS)}"
     keys: dict[str, str] = {}
-    for entry in entries:
-        if entry.kind == "file":
-            data = _bytes_of(project, entry)
-            if data:
-                head = f"{scanner}\0{entry.rel}\0".encode("utf-8", "surrogateescape")
-                keys[entry.rel] = hashlib.sha256(head + data).hexdigest()
+    for rel, data in _scanned(project, entries):
+        head = f"{scanner}\0{rel}\0".encode("utf-8", "surrogateescape")
+        keys[rel] = hashlib.sha256(head + data).hexdigest()
     todo = [rel for rel, key in keys.items() if key not in known_clean]
     if todo:
         _refuse(_detect_secrets(project, todo, _baseline(project)))
@@ -542,17 +533,22 @@ def _refuse(findings: list[Finding]) -> None:
     )
 
 
-def _bytes_of(project: Path, entry: Entry) -> bytes:
-    """The file's bytes; b"" for a binary (a NUL in its head) or an oversized file, told from
-    the head and the size alone, so a wheelhouse is not read to be skipped."""
-    with _open_entry(project, entry) as fh:
-        if os.fstat(fh.fileno()).st_size > SCAN_MAX_BYTES:
-            return b""
-        head = fh.read(_BINARY_PROBE)
-        if b"\0" in head:
-            return b""
-        data = head + fh.read(SCAN_MAX_BYTES + 1 - len(head))
-    return b"" if len(data) > SCAN_MAX_BYTES else data
+def _scanned(project: Path, entries: Iterable[Entry]) -> Iterator[tuple[str, bytes]]:
+    """Each file entry's name and bytes, but a binary (a NUL in its head), an oversized or an
+    empty file: told from the head and the size alone, so a wheelhouse is not read to be
+    skipped."""
+    for entry in entries:
+        if entry.kind != "file":
+            continue
+        with _open_entry(project, entry) as fh:
+            if os.fstat(fh.fileno()).st_size > SCAN_MAX_BYTES:
+                continue
+            head = fh.read(_BINARY_PROBE)
+            if b"\0" in head:
+                continue
+            data = head + fh.read(SCAN_MAX_BYTES + 1 - len(head))
+        if data and len(data) <= SCAN_MAX_BYTES:
+            yield entry.rel, data
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 import shlex
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -191,18 +191,28 @@ def image_hash(
     project: Path,
     entries: list[Entry],
     ignore: str = "",
-    known: Mapping[str, str] | None = None,
-    learned: dict[str, str] | None = None,
+    remember: bool = False,
 ) -> str:
-    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine
-    (`known`/`learned`: big files' content digests by stat, see engine.context.hash_entries)."""
+    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine.
+    Big files' content digests come from the user's cache (`content_digests`), and those read
+    now go to it when `remember` (a build)."""
     digest = hashlib.sha256()
     digest.update(f"gpulaunch-build:4:{__version__}\n".encode())
     digest.update(f"{len(dockerfile)}:".encode() + dockerfile.encode())
     digest.update(b"\0dockerignore\0" + f"{len(ignore)}:".encode() + ignore.encode())
     for key, value in sorted(args.items()):
         digest.update(f"\0arg:{key}={value}".encode())
+    known, learned = content_digests(), dict[str, str]()
     hash_entries(digest, project, entries, known, learned)
+    if remember and learned:
+        from gpulaunch.fsio import cache_dir, cache_root, write_cache
+
+        kept = dict(learned)  # the newest first, then the older ones up to the bound
+        for k, v in known.items():
+            if len(kept) >= DIGEST_CACHE_KEYS:
+                break
+            kept.setdefault(k, v)
+        write_cache(cache_dir() / DIGEST_CACHE, {"digests": kept}, root=cache_root())
     return digest.hexdigest()[:12]
 
 
@@ -230,19 +240,6 @@ def content_digests() -> dict[str, str]:
     }
 
 
-def remember_digests(known: Mapping[str, str], learned: Mapping[str, str]) -> None:
-    if not learned:
-        return
-    from gpulaunch.fsio import cache_dir, cache_root, write_cache
-
-    kept = dict(learned)
-    for k, v in known.items():
-        if len(kept) >= DIGEST_CACHE_KEYS:
-            break
-        kept.setdefault(k, v)
-    write_cache(cache_dir() / DIGEST_CACHE, {"digests": kept}, root=cache_root())
-
-
 @dataclass(frozen=True)
 class PreparedBuild:
     plan: ImagePlan | CachedPlan  # CachedPlan: the tag cache's plan, which still stands
@@ -253,8 +250,6 @@ class PreparedBuild:
     ignore: str = ""  # the effective .dockerignore text
     never: tuple[str, ...] = ()  # _never_sent
     outputs: tuple[str, ...] = ()  # the output folders left out
-    known: Mapping[str, str] = field(default_factory=dict, repr=False)  # content digests
-    learned: dict[str, str] = field(default_factory=dict, repr=False)  # read by this hash
     reads: PlanReads | None = field(default=None, repr=False)  # what the plan read
 
 
@@ -267,7 +262,8 @@ def prepare_build(
     planned: Hit | None = None,
 ) -> PreparedBuild:
     """Render, list the context, scan it for secret shapes, hash; asks no daemon and, unless
-    `remember` (a build: the templates jinja2 compiled go to the user cache), writes nothing
+    `remember` (a build: the templates jinja2 compiled and the big files' content digests go to
+    the user cache), writes nothing
     (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`). `planned`:
     the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
     from gpulaunch.project.layout import output_folders
@@ -298,8 +294,7 @@ def prepare_build(
                 hint="gpulaunch.yaml and .gpulaunch/ are never sent to the engine",
             )
     refuse_secrets(project, entries)
-    known, learned = content_digests(), dict[str, str]()
-    address = image_hash(dockerfile, args, project, entries, ignore, known, learned)
+    address = image_hash(dockerfile, args, project, entries, ignore, remember)
     tag = f"{config.name}:gl-{address}"
     request = BuildRequest(
         dockerfile=dockerfile,
@@ -313,7 +308,7 @@ def prepare_build(
         entries=tuple(place(entries, plan.inputs)),
     )
     return PreparedBuild(
-        plan, dockerfile, request, tag, ignore, tuple(never), tuple(outputs), known, learned, reads
+        plan, dockerfile, request, tag, ignore, tuple(never), tuple(outputs), reads
     )
 
 
@@ -393,7 +388,6 @@ def run_build(
     hashed_at = time.time()
     planned = hit if hit is not None and hit.tag is None and hit.plan.builder == builder else None
     prepared = prepare_build(config, project, builder, opts, remember=True, planned=planned)
-    remember_digests(prepared.known, prepared.learned)
 
     def remember() -> None:
         if cache_key:

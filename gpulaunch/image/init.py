@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,30 +147,22 @@ def run_init(opts: InitOptions) -> InitResult:
     _toolchain(opts, project, notes)
     image_dists = [] if opts.torch == "none" else ["torch", *choice.extras]
     gaps = _missing_imports(opts, project, image_dists, notes)
-    owned: _Owned | None = None
-    if opts.add_missing:
-        owned = _Owned.write(directory, project, gaps, opts.force, notes)
-        if owned is not None:  # the config installs it: the project's entry, then the rest
+    with _add_missing(opts, project, gaps, notes) as written:
+        if written is not None:  # the config installs it: the project's entry, then the rest
             project = read_project(directory, OWNED_REQUIREMENTS, gpu=project.gpu)
-    try:
-        return _finish(opts, directory, config_path, project, choice, host, flagged, notes, owned)
-    except BaseException:
-        if owned is not None:
-            owned.undo()  # a refusal changes no file
-        raise
+        return _finish(opts, project, choice, host, flagged, notes, written)
 
 
 def _finish(
     opts: InitOptions,
-    directory: Path,
-    config_path: Path,
     project: Project,
     choice: Choice,
     host: HostGpus | None,
     flagged: bool,
     notes: list[str],
-    owned: _Owned | None,
+    written: Path | None,
 ) -> InitResult:
+    directory = opts.directory
     if opts.ask is not None:
         chosen = (opts.torch, opts.cuda)
         opts.ask(opts)
@@ -225,6 +217,7 @@ def _finish(
     if opts.check_pins and resolved.torch:
         notes.append(_replay(project, resolved.torch))
 
+    config_path = directory / CONFIG_NAME
     atomic_write(config_path, HEADER + dump_config(config), force=opts.force)
     ignore_path = directory / ".dockerignore"
     wrote_ignore = False
@@ -242,7 +235,6 @@ def _finish(
     notes += [f"warning: {w}" for w in resolved.warnings]
     if host is not None and host.names:
         notes += _host_warning(resolved, host, project, opts, flagged)
-    written = owned.path if owned is not None else None
     return InitResult(config_path, ignore_path, wrote_ignore, summarize(resolved), notes, written)
 
 
@@ -261,56 +253,52 @@ def _missing_imports(
     return gaps
 
 
-@dataclass
-class _Owned:
-    """OWNED_REQUIREMENTS as --add-missing wrote it, and what stood there before (undo)."""
+@contextlib.contextmanager
+def _add_missing(
+    opts: InitOptions, project: Project, gaps: list[Missing], notes: list[str]
+) -> Iterator[Path | None]:
+    """With --add-missing, OWNED_REQUIREMENTS written (its path; None: nothing to add), and
+    what stood there before put back when init fails after it: a refusal changes no file."""
+    lines = requirement_lines(gaps) if opts.add_missing else []
+    if opts.add_missing and not lines:
+        notes.append(f"--add-missing: nothing to add; {OWNED_REQUIREMENTS} not written")
+    if not lines:
+        yield None
+        return
+    names = ", ".join(line.split()[0] for line in lines)
+    if project.entry is None:
+        head = []
+    elif project.entry_kind == "requirements":
+        head = [f"-r {project.entry}"]
+    elif project.install_project:
+        head = ["-e ."]  # the project installs itself, with its own dependencies
+    else:
+        raise ConfigError(
+            f"--add-missing: {project.entry} is not a pip requirements file or an "
+            f"installable project; add {names} to it"
+        )
+    from gpulaunch.fsio import read_back, write_file
 
-    path: Path
-    root: Path
-    before: bytes | None
-
-    @classmethod
-    def write(
-        cls, root: Path, project: Project, gaps: list[Missing], force: bool, notes: list[str]
-    ) -> _Owned | None:
-        lines = requirement_lines(gaps)
-        if not lines:
-            notes.append(f"--add-missing: nothing to add; {OWNED_REQUIREMENTS} not written")
-            return None
-        names = ", ".join(line.split()[0] for line in lines)
-        if project.entry is None:
-            head = []
-        elif project.entry_kind == "requirements":
-            head = [f"-r {project.entry}"]
-        elif project.install_project:
-            head = ["-e ."]  # the project installs itself, with its own dependencies
-        else:
-            raise ConfigError(
-                f"--add-missing: {project.entry} is not a pip requirements file or an "
-                f"installable project; add {names} to it"
-            )
-        from gpulaunch.fsio import read_back, write_file
-
-        path = root / OWNED_REQUIREMENTS
-        try:
-            before: bytes | None = read_back(path, MAX_OWNED_BYTES)
-        except FileNotFoundError:
-            before = None
-        except ValueError as err:
-            raise ConfigError(f"--add-missing: {OWNED_REQUIREMENTS} {err}") from None
-        text = "\n".join([*OWNED_HEADER, *head, *lines]) + "\n"
-        write_file(path, text, root=root, force=force)
-        notes.append(f"--add-missing: {OWNED_REQUIREMENTS} installs {names} (image.requirements)")
-        return cls(path, root, before)
-
-    def undo(self) -> None:
-        from gpulaunch.fsio import write_file
-
-        if self.before is not None:
-            write_file(self.path, self.before, root=self.root, force=True)
+    root = opts.directory
+    path = root / OWNED_REQUIREMENTS
+    try:
+        before: bytes | None = read_back(path, MAX_OWNED_BYTES)
+    except FileNotFoundError:
+        before = None
+    except ValueError as err:
+        raise ConfigError(f"--add-missing: {OWNED_REQUIREMENTS} {err}") from None
+    text = "\n".join([*OWNED_HEADER, *head, *lines]) + "\n"
+    write_file(path, text, root=root, force=opts.force)
+    notes.append(f"--add-missing: {OWNED_REQUIREMENTS} installs {names} (image.requirements)")
+    try:
+        yield path
+    except BaseException:
+        if before is not None:
+            write_file(path, before, root=root, force=True)
         else:
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                os.unlink(path)
+        raise
 
 
 MAX_OWNED_BYTES = 1024 * 1024

@@ -210,16 +210,9 @@ def store(project: Path, cache_key: str, prepared: PreparedBuild, hashed_at: flo
         "outputs": list(prepared.outputs),
         "ignore": prepared.ignore,
         "entries": stats,
-        "resolved": _fields(prepared.plan.resolved),
+        "resolved": vars(prepared.plan.resolved),  # the catalog's dataclass or a cached plan's
         "inputs": list(prepared.plan.inputs),
     }
     if prepared.reads is not None and not prepared.plan.secrets:
         data["reads"] = prepared.reads.to_json()
     write_cache(project / CACHE_REL, data, root=project)
-
-
-def _fields(resolved: Any) -> dict[str, Any]:
-    """A plan's resolved versions as JSON: the catalog's dataclass, or a cached plan's."""
-    if isinstance(resolved, types.SimpleNamespace):
-        return dict(vars(resolved))
-    return dataclasses.asdict(resolved)
