@@ -47,38 +47,41 @@ TimeOpt = Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00
 CpusOpt = Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")]
 _K8S_KEYS = ("kind", "namespace")  # where the job goes: each engine's own options
 _SLURM_KEYS = ("container", "partition", "account", "time", "cpus")
-_NOT_JOB = ("output", "force", "dry_run", "context")  # the command's own, not the job's
 
 
 def _write(text: str, output: str, force: bool, project: Path) -> None:
+    """-o as `render -o` takes it: judged by where the path really lands, a link inside the
+    project refused (ci/report.resolve_output)."""
+    from gpulaunch.ci.report import resolve_output
     from gpulaunch.fsio import is_stdout, write_file
 
     if is_stdout(output):
         typer.echo(text, nl=False)
         return
-    target = Path(output).absolute()
-    inside = target.is_relative_to(project) and target != project
-    write_file(target, text, force=force, root=project if inside else None)
+    target = resolve_output(Path(output), project, "--output")
+    write_file(target.path, text, force=force, root=target.root)
     echo_err(f"wrote {output}")
 
 
 def _export(given: dict[str, Any], to: str) -> Any:
     """Export for Kubernetes (`to="k8s"`) or Slurm from a command's parameters (its
     locals()); its warnings on stderr."""
+    from dataclasses import fields
+
     from gpulaunch.export.api import export_k8s, export_slurm
     from gpulaunch.export.slurm import SlurmOptions
     from gpulaunch.export.spec import ExportOptions
     from gpulaunch.jobs.options import check_flag_lines
 
-    kw = {k: v for k, v in given.items() if k not in _NOT_JOB}  # the job's options
-    config, script, args = kw.pop("config"), kw.pop("script"), kw.pop("args")
-    target = {key: kw.pop(key) for key in (_K8S_KEYS if to == "k8s" else _SLURM_KEYS)}
+    target = {key: given[key] for key in (_K8S_KEYS if to == "k8s" else _SLURM_KEYS)}
     if to == "slurm":
         check_flag_lines({"--container": target["container"], "--time": target["time"]})
+    config = given["config"]
     cfg, project = load_project(config, write_cache=not given.get("dry_run"))
-    check_flag_lines({f"--{k}": kw[k] for k in ("gpus", "name", "image", "profile", "nccl")})
-    kw["env"] = list(kw["env"] or [])
-    opts = ExportOptions(script=script, args=list(args or []), **kw)
+    check_flag_lines({f"--{k}": given[k] for k in ("gpus", "name", "image", "profile", "nccl")})
+    job = {f.name: given[f.name] for f in fields(ExportOptions) if f.name in given}
+    lists = {"args": list(given["args"] or []), "env": list(given["env"] or [])}
+    opts = ExportOptions(**job | lists)
     if to == "k8s":
         kind, namespace = target["kind"], target["namespace"]
         result = export_k8s(cfg, project, Path.cwd(), opts, kind, namespace, config)

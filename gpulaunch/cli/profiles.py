@@ -56,14 +56,15 @@ def profiles_show(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show a profile resolved: env and docker options, and where each value came from."""
-    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+    from gpulaunch.launch.options import RunOptions
+    from gpulaunch.launch.profiles import resolve_launch
 
     cfg = _optional_config(config)
     if cfg is None:  # no project here: the built-in profiles alone
         from gpulaunch.config import validate_data
 
         cfg = validate_data({"name": "none"})
-    resolved = resolve_launch(cfg, CliOverrides(profile=name))
+    resolved = resolve_launch(cfg, RunOptions(profile=name))
     sections = {
         section: {k: {"value": v.value, "source": v.source} for k, v in items}
         for section, items in (

@@ -6,13 +6,14 @@ selection. The Kubernetes and Slurm renderers only change the wrapping.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from gpulaunch.engine.runspec import WORKSPACE
 from gpulaunch.errors import ConfigError
 from gpulaunch.gpurequest import GpuRequest
+from gpulaunch.launch.options import RunOptions
 from gpulaunch.textcheck import dns_1035, single_line
 from gpulaunch.textcheck import docker_size as check_size
 
@@ -23,19 +24,14 @@ RDZV_PORT = 29500
 
 
 @dataclass
-class ExportOptions:
+class ExportOptions(RunOptions):
+    """`run`'s flags as export takes them (SCRIPT required; --gpus and --nproc per node; of the
+    rest only --image, --profile, --nccl, --precision, --env and --restarts), and the two a
+    cluster job adds. --nodes is not run's --nnodes: that one unset means no rendezvous."""
+
     script: str
-    args: list[str] = field(default_factory=list)
     nodes: int = 1
-    gpus: str | None = None  # per node; default: launch.gpus
-    nproc: int | None = None
-    name: str | None = None
-    image: str | None = None
-    profile: str | None = None
-    nccl: str | None = None
-    precision: str | None = None
-    env: list[str] = field(default_factory=list)
-    restarts: int = 0
+    name: str | None = None  # Job, Service and Slurm job name; default: from the project name
 
 
 @dataclass(frozen=True)
@@ -104,9 +100,9 @@ def build_spec(
     config: ProjectConfig, project: Path, cwd: Path, opts: ExportOptions, image: str
 ) -> ExportSpec:
     """Validate flags and resolve the profile into one ExportSpec (writes nothing)."""
-    from gpulaunch.launch.flags import MAX_NODES, parse_env_flags
+    from gpulaunch.launch.flags import MAX_NODES
     from gpulaunch.launch.plan import CHECKPOINT_ENV, CHECKPOINTS
-    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+    from gpulaunch.launch.profiles import resolve_launch
 
     if not 1 <= opts.nodes <= MAX_NODES:
         raise ConfigError(f"--nodes: {opts.nodes} is not between 1 and {MAX_NODES}")
@@ -125,14 +121,8 @@ def build_spec(
             single_line(arg)
         except ValueError as err:
             raise ConfigError(f"ARGS: {arg!r} {err}") from None
-    cli = CliOverrides(
-        profile=opts.profile,
-        nccl=opts.nccl,
-        precision=opts.precision,
-        numa="off",  # NUMA binding is the node's kubelet / Slurm's job (documented)
-        env=parse_env_flags(opts.env),
-    )
-    launch = resolve_launch(config, cli)
+    # NUMA binding is the node's kubelet / Slurm's job (documented)
+    launch = resolve_launch(config, replace(opts, numa="off"))
     docker = {key: item.value for key, item in launch.docker.items()}
     shm = k8s_quantity(str(docker["shm_size"])) if docker.get("shm_size") else None
     memory = str(docker["memory"]) if docker.get("memory") else None

@@ -26,7 +26,6 @@ from gpulaunch.launch.flags import (
     host_paths,
     host_python,
     module_command,
-    parse_env_flags,
     parse_mount,
     rdzv_options,
     script_command,
@@ -130,7 +129,7 @@ def plan_run(
     """The launch plan; `mount_project=False` runs the image's own copy of the code at
     /workspace (rerun of a recorded run) instead of mounting today's tree over it."""
     from gpulaunch.launch.presets import detect_interconnect
-    from gpulaunch.launch.profiles import CliOverrides, resolve_launch
+    from gpulaunch.launch.profiles import resolve_launch
     from gpulaunch.project.pythonpath import import_paths
 
     if opts.numa is not None and opts.numa not in MODES:
@@ -154,18 +153,9 @@ def plan_run(
     nproc = opts.nproc or config.launch.nproc or (count if count and count > 0 else 1)
 
     use_gpus = not request.none
-    cli = CliOverrides(
-        profile=opts.profile,
-        nccl=opts.nccl,
-        numa=opts.numa,
-        precision=opts.precision,
-        expandable_segments=opts.expandable_segments,
-        env=parse_env_flags(opts.env),
-        nccl_ifname=opts.nccl_ifname,
-    )
     launch = resolve_launch(
         config,
-        cli,
+        opts,
         interconnect=detect_interconnect(environ) if use_gpus else None,
         gpu_names=[g.name for g in selected if g.name],
     )

@@ -28,6 +28,7 @@ from gpulaunch.launch.presets import (
 
 if TYPE_CHECKING:
     from gpulaunch.config import ProfileSpec, ProjectConfig
+    from gpulaunch.launch.options import RunOptions
 
 CONFIG_ORIGIN = "gpulaunch.yaml"
 BUILTIN_ORIGIN = "built-in"
@@ -40,17 +41,6 @@ class Sourced:
 
     value: Any
     source: str
-
-
-@dataclass(frozen=True)
-class CliOverrides:
-    profile: str | None = None
-    nccl: str | None = None
-    numa: str | None = None
-    precision: str | None = None
-    expandable_segments: bool | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    nccl_ifname: str | None = None
 
 
 @dataclass(frozen=True)
@@ -217,8 +207,10 @@ def _launch_layer(config: ProjectConfig) -> _Layer:
     return layer
 
 
-def _cli_layer(cli: CliOverrides) -> _Layer:
-    layer = _Layer("--env", dict(cli.env))
+def _cli_layer(cli: RunOptions) -> _Layer:
+    from gpulaunch.launch.flags import parse_env_flags
+
+    layer = _Layer("--env", parse_env_flags(cli.env))
     for key in _SETTINGS[:3]:
         value = getattr(cli, key)
         if value is not None:
@@ -248,18 +240,21 @@ def _merge_docker(target: dict[str, Sourced], options: Mapping[str, Any], source
 
 def resolve_launch(
     config: ProjectConfig,
-    cli: CliOverrides,
+    cli: RunOptions,
     *,
     interconnect: str | None = None,
     gpu_names: Sequence[str] = (),
 ) -> ResolvedLaunch:
     """Fold profiles, `launch:`, presets, precision and CLI flags into one environment.
 
-    `interconnect` ("nvlink"/"pcie", usually from `detect_interconnect()`) decides `nccl: auto`;
-    None means unknown and gives `pcie` with a note. `gpu_names` (GPU marketing names) let bf16
-    be refused on GPUs older than Ampere. Raises ConfigError for unknown or cyclic profiles,
-    unknown presets and impossible precision choices.
+    Of `cli` (run's flags) only those a profile also sets are read: --profile, --nccl, --numa,
+    --precision, --expandable-segments, --env, --nccl-ifname. `interconnect` ("nvlink"/"pcie",
+    usually from `detect_interconnect()`) decides `nccl: auto`; None means unknown and gives
+    `pcie` with a note. `gpu_names` (GPU marketing names) let bf16 be refused on GPUs older
+    than Ampere. Raises ConfigError for unknown or cyclic profiles, unknown presets and
+    impossible precision choices.
     """
+    cli_layer = _cli_layer(cli)  # first: a bad --env is named before any profile error
     table = _namespace(config)
     chains = _Chains(table)
     for entry in table.values():  # every profile must resolve, selected or not
@@ -279,7 +274,7 @@ def resolve_launch(
         *(_profile_layer(e) for e in base_chain),
         _launch_layer(config),
         *(_profile_layer(e) for e in selected_chain),
-        _cli_layer(cli),
+        cli_layer,
     ]
 
     settings: dict[str, tuple[Any, str, str]] = {

@@ -246,6 +246,25 @@ def test_cli_writes_with_o_and_refuses_local_image(
     assert [d["kind"] for d in docs] == ["JobSet"]
 
 
+@pytest.mark.parametrize("to", ["k8s", "slurm"])
+def test_cli_o_through_a_link_inside_the_project_is_refused(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, to: str
+) -> None:
+    """`export -o` judges its path as `render -o` does: a link inside the project (a job can
+    plant one) is refused, not followed, and nothing is written on either side of it."""
+    (tmp_path / "project").mkdir()
+    project = _project(tmp_path / "project")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project / "out").symlink_to(outside)
+    monkeypatch.chdir(project)
+    code, out, err = invoke(runner, "export", to, "train.py", "--image", IMAGE, "-o", "out/job")
+    assert code == 2 and out == ""
+    assert err.startswith("gpulaunch: error: --output: "), err
+    assert "out is a symbolic link inside the project; gpulaunch does not write through it" in err
+    assert list(outside.iterdir()) == [] and not (project / "job").exists()
+
+
 def test_cli_uses_the_pushed_digest(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ from fake_nvml import FakeNvml, install
 
 from gpulaunch.config import ProjectConfig, validate_data
 from gpulaunch.errors import ConfigError, ExitCode
+from gpulaunch.launch.options import RunOptions
 from gpulaunch.launch.presets import (
     check_env_names,
     detect_interconnect,
@@ -24,7 +25,6 @@ from gpulaunch.launch.presets import (
     validate_builtin_specs,
 )
 from gpulaunch.launch.profiles import (
-    CliOverrides,
     ResolvedLaunch,
     Sourced,
     list_profiles,
@@ -40,11 +40,11 @@ def _config(text: str = "") -> ProjectConfig:
     return validate_data(data)
 
 
-def _resolve(text: str = "", cli: CliOverrides | None = None, **kw: Any) -> ResolvedLaunch:
-    return resolve_launch(_config(text), cli or CliOverrides(), **kw)
+def _resolve(text: str = "", cli: RunOptions | None = None, **kw: Any) -> ResolvedLaunch:
+    return resolve_launch(_config(text), cli or RunOptions(), **kw)
 
 
-def _error(text: str = "", cli: CliOverrides | None = None, **kw: Any) -> str:
+def _error(text: str = "", cli: RunOptions | None = None, **kw: Any) -> str:
     with pytest.raises(ConfigError) as info:
         _resolve(text, cli, **kw)
     assert info.value.exit_code == ExitCode.USAGE
@@ -138,7 +138,7 @@ def test_env_values_is_plain_and_sorted() -> None:
 
 
 def test_debug_preset_env_docker_and_log_dir() -> None:
-    r = _resolve(cli=CliOverrides(nccl="debug"))
+    r = _resolve(cli=RunOptions(nccl="debug"))
     assert r.nccl == Sourced("debug", "--nccl debug")
     logs = "/workspace/logs/nccl"
     env = r.env_values()
@@ -157,7 +157,7 @@ def test_debug_preset_env_docker_and_log_dir() -> None:
 
 
 def test_ib_gdr_preset_docker_options() -> None:
-    r = _resolve(cli=CliOverrides(nccl="ib-gdr"))
+    r = _resolve(cli=RunOptions(nccl="ib-gdr"))
     assert r.docker["network"] == Sourced("host", "nccl preset ib-gdr")
     assert r.docker["devices"].value == ["/dev/infiniband"]
     assert r.docker["ulimits"].value == {"memlock": -1}
@@ -171,7 +171,7 @@ def test_ib_gdr_preset_docker_options() -> None:
 
 
 def test_tcp_preset_default_interface_exclusion() -> None:
-    r = _resolve(cli=CliOverrides(nccl="tcp"))
+    r = _resolve(cli=RunOptions(nccl="tcp"))
     assert r.env["NCCL_IB_DISABLE"] == Sourced("1", "nccl preset tcp")
     assert r.env["NCCL_SOCKET_IFNAME"] == Sourced("^lo,docker,veth,br-,virbr", "nccl preset tcp")
     assert "GLOO_SOCKET_IFNAME" not in r.env  # gloo cannot take ^exclusions
@@ -187,7 +187,7 @@ def test_tcp_preset_default_interface_exclusion() -> None:
     ],
 )
 def test_tcp_preset_with_interface(ifname: str, nccl: str, gloo: str | None) -> None:
-    r = _resolve(cli=CliOverrides(nccl="tcp", nccl_ifname=ifname))
+    r = _resolve(cli=RunOptions(nccl="tcp", nccl_ifname=ifname))
     assert r.env["NCCL_SOCKET_IFNAME"] == Sourced(nccl, f"--nccl-ifname {ifname}")
     if gloo is None:
         assert "GLOO_SOCKET_IFNAME" not in r.env
@@ -197,12 +197,12 @@ def test_tcp_preset_with_interface(ifname: str, nccl: str, gloo: str | None) -> 
 
 
 def test_bad_interface_name() -> None:
-    assert _error(cli=CliOverrides(nccl="tcp", nccl_ifname="eth 0")).startswith("--nccl-ifname:")
+    assert _error(cli=RunOptions(nccl="tcp", nccl_ifname="eth 0")).startswith("--nccl-ifname:")
 
 
 def test_safe_profile_is_described_slow() -> None:
     assert "slow" in validate_builtin_specs()["safe"].description
-    r = _resolve(cli=CliOverrides(profile="safe"))
+    r = _resolve(cli=RunOptions(profile="safe"))
     assert r.nccl == Sourced("safe", "built-in profile safe")
     assert r.numa == Sourced("off", "built-in profile safe")
     assert r.env_values()["NCCL_P2P_DISABLE"] == "1"
@@ -211,14 +211,14 @@ def test_safe_profile_is_described_slow() -> None:
 
 
 def test_none_preset_sets_nothing() -> None:
-    r = _resolve(cli=CliOverrides(nccl="none"))
+    r = _resolve(cli=RunOptions(nccl="none"))
     assert r.nccl == Sourced("none", "--nccl none")
     assert r.env_values() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert set(r.docker) == {"cap_add"}
 
 
 def test_unknown_preset_from_cli() -> None:
-    message = _error(cli=CliOverrides(nccl="fast"))
+    message = _error(cli=RunOptions(nccl="fast"))
     assert message.startswith("--nccl: unknown NCCL preset 'fast' (available: auto, nvlink")
 
 
@@ -244,7 +244,7 @@ profiles:
     [
         # launch: beats the built-in default profile
         (
-            CliOverrides(),
+            RunOptions(),
             {
                 "nccl": ("tcp", f"launch: {YAML}"),
                 "numa": ("node", f"launch: {YAML}"),
@@ -255,7 +255,7 @@ profiles:
         ),
         # --profile beats launch:, but what it inherits from `default` does not
         (
-            CliOverrides(profile="fast"),
+            RunOptions(profile="fast"),
             {
                 "nccl": ("tcp", f"launch: {YAML}"),
                 "numa": ("node", f"launch: {YAML}"),
@@ -267,17 +267,17 @@ profiles:
         ),
         # a built-in profile chosen with --profile also beats launch:
         (
-            CliOverrides(profile="debug"),
+            RunOptions(profile="debug"),
             {"nccl": ("debug", "built-in profile debug"), "numa": ("node", f"launch: {YAML}")},
         ),
         # CLI flags beat everything
         (
-            CliOverrides(
+            RunOptions(
                 profile="fast",
                 nccl="safe",
                 numa="off",
                 precision="tf32",
-                env={"B": "cli"},
+                env=["B=cli"],
             ),
             {
                 "nccl": ("safe", "--nccl safe"),
@@ -289,7 +289,7 @@ profiles:
         ),
     ],
 )
-def test_precedence(cli: CliOverrides, expected: dict[str, tuple[str, str]]) -> None:
+def test_precedence(cli: RunOptions, expected: dict[str, tuple[str, str]]) -> None:
     r = _resolve(PRECEDENCE_CONFIG, cli)
     for key, (value, source) in expected.items():
         got = getattr(r, key) if key.islower() else r.env[key]
@@ -349,7 +349,7 @@ def test_user_debug_profile_overrides_builtin_name() -> None:
             extends: debug
             env: {NCCL_DEBUG_SUBSYS: ALL}
         """,
-        CliOverrides(profile="debug"),
+        RunOptions(profile="debug"),
     )
     assert r.nccl == Sourced("debug", "built-in profile debug")
     assert r.env["NCCL_DEBUG_SUBSYS"] == Sourced("ALL", f"profile debug {YAML}")
@@ -375,7 +375,7 @@ def test_extends_chain_of_user_profiles() -> None:
             extends: mid
             expandable_segments: true
         """,
-        CliOverrides(profile="top"),
+        RunOptions(profile="top"),
     )
     assert r.nccl == Sourced("nvlink", "built-in profile nvlink")
     assert r.env["A"] == Sourced("base", f"profile base {YAML}")
@@ -396,7 +396,7 @@ def test_docker_scalars_override_and_launch_network() -> None:
         profiles:
           iso: {docker: {network: default, ipc: private}}
         """,
-        CliOverrides(nccl="tcp"),
+        RunOptions(nccl="tcp"),
     )
     assert r.docker["network"] == Sourced("none", f"launch: {YAML}")
     r = _resolve(
@@ -405,7 +405,7 @@ def test_docker_scalars_override_and_launch_network() -> None:
         profiles:
           iso: {docker: {network: default, ipc: private}}
         """,
-        CliOverrides(nccl="tcp", profile="iso"),
+        RunOptions(nccl="tcp", profile="iso"),
     )
     assert r.docker["network"] == Sourced("default", f"profile iso {YAML}")
     assert r.docker["ipc"] == Sourced("private", f"profile iso {YAML}")
@@ -419,40 +419,40 @@ def test_docker_scalars_override_and_launch_network() -> None:
     [
         (
             "",
-            CliOverrides(profile="nope"),
+            RunOptions(profile="nope"),
             "--profile: unknown profile 'nope' (available: bf16, debug, default, nvlink, pcie, "
             "safe)",
         ),
         (
             "launch: {profile: nope}\n",
-            CliOverrides(),
+            RunOptions(),
             "launch.profile: unknown profile 'nope' (available: bf16, debug, default, nvlink, "
             "pcie, safe)",
         ),
         (
             "profiles:\n  a: {extends: ghost}\n",
-            CliOverrides(),
+            RunOptions(),
             "profiles.a.extends: unknown profile 'ghost' (available: a, bf16, debug, default, "
             "nvlink, pcie, safe)",
         ),
         (
             "profiles:\n  a: {extends: b}\n  b: {extends: a}\n",
-            CliOverrides(profile="a"),
+            RunOptions(profile="a"),
             "profiles.a.extends: 'b' makes a cycle (a -> b -> a)",
         ),
         (
             "profiles:\n  a: {extends: a}\n",
-            CliOverrides(),
+            RunOptions(),
             "profiles.a.extends: 'a' extends itself",
         ),
         (
             "profiles:\n  default: {extends: debug}\n",
-            CliOverrides(),
+            RunOptions(),
             "profiles.default.extends: 'debug' makes a cycle (default -> debug -> default)",
         ),
     ],
 )
-def test_profile_errors(config: str, cli: CliOverrides, message: str) -> None:
+def test_profile_errors(config: str, cli: RunOptions, message: str) -> None:
     assert _error(config, cli).startswith(message)
 
 
@@ -528,7 +528,7 @@ def test_list_profiles_marks_origin() -> None:
 )
 def test_precision_env(mode: str, expected: dict[str, str]) -> None:
     assert precision_env(mode) == expected
-    r = _resolve(cli=CliOverrides(precision=mode))
+    r = _resolve(cli=RunOptions(precision=mode))
     assert r.precision == Sourced(mode, f"--precision {mode}")
     for key, value in expected.items():
         assert r.env[key] == Sourced(value, f"precision {mode}")
@@ -537,23 +537,23 @@ def test_precision_env(mode: str, expected: dict[str, str]) -> None:
 def test_precision_env_rejects_unknown_mode() -> None:
     with pytest.raises(ConfigError, match="'fp8' is not one of fp32, tf32, fp16, bf16"):
         precision_env("fp8")
-    assert _error(cli=CliOverrides(precision="fp8")).startswith("--precision: 'fp8' is not one")
+    assert _error(cli=RunOptions(precision="fp8")).startswith("--precision: 'fp8' is not one")
 
 
 def test_mixed_precision_note_is_honest() -> None:
-    r = _resolve(cli=CliOverrides(precision="bf16"))
+    r = _resolve(cli=RunOptions(precision="bf16"))
     assert any("no environment variable turns on torch.autocast" in n for n in r.notes)
 
 
 def test_bf16_refused_on_v100() -> None:
-    message = _error(cli=CliOverrides(precision="bf16"), gpu_names=["Tesla V100-SXM2-16GB"])
+    message = _error(cli=RunOptions(precision="bf16"), gpu_names=["Tesla V100-SXM2-16GB"])
     assert message == "--precision: bf16 needs compute capability 8.0+; Tesla V100-SXM2-16GB is 7.0"
 
 
 def test_bf16_refused_from_profile_names_the_field() -> None:
     message = _error(
         "profiles:\n  fast: {precision: bf16}\n",
-        CliOverrides(profile="fast"),
+        RunOptions(profile="fast"),
         gpu_names=["Tesla T4"],
     )
     assert message == "profiles.fast.precision: bf16 needs compute capability 8.0+; Tesla T4 is 7.5"
@@ -565,12 +565,12 @@ def test_bf16_refused_from_profile_names_the_field() -> None:
     "gpus", [[], ["NVIDIA A100-SXM4-80GB"], ["NVIDIA H100 80GB HBM3"], ["Some Future GPU"]]
 )
 def test_bf16_allowed(gpus: list[str]) -> None:
-    r = _resolve(cli=CliOverrides(precision="bf16"), gpu_names=gpus)
+    r = _resolve(cli=RunOptions(precision="bf16"), gpu_names=gpus)
     assert r.precision is not None and r.precision.value == "bf16"
 
 
 def test_tf32_on_old_gpu_warns() -> None:
-    r = _resolve(cli=CliOverrides(precision="tf32"), gpu_names=["Tesla V100-SXM2-16GB"])
+    r = _resolve(cli=RunOptions(precision="tf32"), gpu_names=["Tesla V100-SXM2-16GB"])
     assert any("tf32 has no effect on Tesla V100-SXM2-16GB" in w for w in r.warnings)
 
 
@@ -597,7 +597,7 @@ def test_compute_capability_lookup(name: str, cc: tuple[int, int] | None) -> Non
 
 def test_explicit_env_beats_precision_with_warning() -> None:
     r = _resolve(
-        "launch: {env: {ACCELERATE_MIXED_PRECISION: fp16}}\n", CliOverrides(precision="bf16")
+        "launch: {env: {ACCELERATE_MIXED_PRECISION: fp16}}\n", RunOptions(precision="bf16")
     )
     assert r.env["ACCELERATE_MIXED_PRECISION"] == Sourced("fp16", f"launch: {YAML}")
     assert any(
@@ -611,7 +611,7 @@ def test_explicit_env_beats_precision_with_warning() -> None:
 
 
 def test_expandable_segments_sets_alloc_conf_and_legacy_copy() -> None:
-    r = _resolve(cli=CliOverrides(expandable_segments=True))
+    r = _resolve(cli=RunOptions(expandable_segments=True))
     assert r.expandable_segments == Sourced(True, "--expandable-segments")
     assert r.env["PYTORCH_ALLOC_CONF"] == Sourced(
         "expandable_segments:True", "--expandable-segments"
@@ -623,7 +623,7 @@ def test_expandable_segments_sets_alloc_conf_and_legacy_copy() -> None:
 def test_expandable_segments_merges_with_existing_value() -> None:
     r = _resolve(
         "launch: {env: {PYTORCH_ALLOC_CONF: 'max_split_size_mb:128'}}\n",
-        CliOverrides(expandable_segments=True),
+        RunOptions(expandable_segments=True),
     )
     assert r.env["PYTORCH_ALLOC_CONF"] == Sourced(
         "max_split_size_mb:128,expandable_segments:True",
@@ -634,27 +634,27 @@ def test_expandable_segments_merges_with_existing_value() -> None:
 def test_expandable_segments_already_present_or_conflicting() -> None:
     r = _resolve(
         "launch: {env: {PYTORCH_ALLOC_CONF: 'expandable_segments:True'}}\n",
-        CliOverrides(expandable_segments=True),
+        RunOptions(expandable_segments=True),
     )
     assert r.env["PYTORCH_ALLOC_CONF"].value == "expandable_segments:True"
     r = _resolve(
         "launch: {env: {PYTORCH_ALLOC_CONF: 'expandable_segments:False'}}\n",
-        CliOverrides(expandable_segments=True),
+        RunOptions(expandable_segments=True),
     )
     assert r.env["PYTORCH_ALLOC_CONF"].value == "expandable_segments:False"
     assert any("keeps expandable_segments:False" in w for w in r.warnings)
 
 
 def test_expandable_segments_off_by_cli_wins_over_profile() -> None:
-    r = _resolve(cli=CliOverrides(profile="bf16", expandable_segments=False))
+    r = _resolve(cli=RunOptions(profile="bf16", expandable_segments=False))
     assert r.expandable_segments == Sourced(False, "--no-expandable-segments")
     assert "PYTORCH_ALLOC_CONF" not in r.env
 
 
 def test_legacy_alloc_conf_is_translated_and_merged() -> None:
     r = _resolve(
-        cli=CliOverrides(
-            env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, expandable_segments=True
+        cli=RunOptions(
+            env=["PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"], expandable_segments=True
         )
     )
     assert r.env["PYTORCH_ALLOC_CONF"].value == "max_split_size_mb:64,expandable_segments:True"
@@ -727,8 +727,8 @@ def test_deprecated_name_translated_with_source() -> None:
 
 def test_deprecated_name_dropped_when_new_name_set() -> None:
     r = _resolve(
-        cli=CliOverrides(
-            env={"NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_BLOCKING_WAIT": "0"},
+        cli=RunOptions(
+            env=["NCCL_BLOCKING_WAIT=1", "TORCH_NCCL_BLOCKING_WAIT=0"],
         )
     )
     assert "NCCL_BLOCKING_WAIT" not in r.env
@@ -737,7 +737,7 @@ def test_deprecated_name_dropped_when_new_name_set() -> None:
 
 
 def test_untranslated_deprecated_name_is_kept() -> None:
-    r = _resolve(cli=CliOverrides(env={"NCCL_MAX_NCHANNELS": "8"}))
+    r = _resolve(cli=RunOptions(env=["NCCL_MAX_NCHANNELS=8"]))
     assert r.env["NCCL_MAX_NCHANNELS"] == Sourced("8", "--env")
     assert "NCCL_MAX_CTAS" not in r.env
     assert len(r.warnings) == 1
@@ -835,5 +835,5 @@ def test_long_extends_chain_follows_each_link_once() -> None:
         chains.check(entry)
     assert table.lookups <= len(table.data) + 1
     assert len(chains.chain(table.data[f"p{n - 1}"])) == n + 1  # p1999 ... p0, default
-    resolved = resolve_launch(config, CliOverrides())
+    resolved = resolve_launch(config, RunOptions())
     assert resolved.profile == f"p{n - 1}"
