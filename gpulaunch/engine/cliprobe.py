@@ -8,6 +8,8 @@ depends on: the binaries, their plugins and the DOCKER_* variables."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -18,6 +20,7 @@ from typing import Literal
 
 from gpulaunch.engine import daycache
 from gpulaunch.engine.buildspec import DockerCli
+from gpulaunch.fsio import read_back
 
 
 def client_version(text: str) -> str:
@@ -144,11 +147,7 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
     size, mtime, ctime), the docker config (config.json names extra plugin folders), every
     docker-buildx plugin file the CLI could find, and a digest of the DOCKER_* / BUILDX_*
     variables the probe passes on (a digest: their values may be secrets)."""
-    import hashlib
-    import json
-
-    from gpulaunch import __version__
-    from gpulaunch.fsio import read_back
+    from gpulaunch import __version__  # read at call time (tests patch it)
 
     home = env.get("HOME") or str(Path.home())
     config = Path(env.get("DOCKER_CONFIG") or Path(home) / ".docker")
@@ -177,9 +176,6 @@ def probe_key(env: Mapping[str, str], candidates: list[str]) -> list[object]:
 
 
 def _digest(disk_key: list[object]) -> str:
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(disk_key).encode()).hexdigest()[:32]
 
 
@@ -187,8 +183,6 @@ def _cached_probe(
     disk_key: list[object], candidates: list[str], now: float | None = None
 ) -> DockerCli | Literal[False] | None:
     """The saved answer for this key, or False (probe again)."""
-    import json
-
     entry = daycache.get(PROBE_FILE, _digest(disk_key), now)  # None: stale, or from the future
     if entry is None or entry.get("key") != json.loads(json.dumps(disk_key)):
         return False

@@ -105,7 +105,6 @@ class Engine:
         self.env = dict(os.environ if env is None else env)
         self._client: Any = None  # the docker SDK: build, push, pull, prune's removals
         self._api: Transport | None = None  # everything else (gpulaunch.engine.api)
-        self._images: dict[str, Any] = {}  # image id -> api.containers.Image or None
         self._cli: DockerCli | bool | None = False  # False = not probed yet
         self._identity: str | None = None
         self._kind: EngineKind | None = None
@@ -195,7 +194,6 @@ class Engine:
             EngineKind,
             engine_kind,
             known_kind,
-            podman_rootless,
             remember_kind,
         )
 
@@ -204,7 +202,7 @@ class Engine:
             with contextlib.suppress(ApiError):
                 found = engine_kind(self._version())
                 if found.podman:
-                    found = podman_rootless(found, self.api().call("GET", LIBPOD_INFO))
+                    found = engine_kind(self._version(), self.api().call("GET", LIBPOD_INFO))
             self._kind = found or EngineKind("docker", "?")
             if found is not None and known_kind(self.host) != found:
                 remember_kind(self.host, found)  # for --dry-run, which asks no daemon
@@ -525,18 +523,15 @@ class Engine:
         image a container (running or stopped) uses, and an id that more than one reference
         names. {"outcome": "deleted" | "untagged" | "gone" | "refused", "reason": the engine's
         refusal}; other engine errors are EngineError."""
-        import requests
         from docker.errors import APIError, DockerException, NotFound
 
-        try:
+        try:  # the transport's own failures are EngineError already (`stalls_raise`)
             answer = self.client().api.remove_image(ref, force=False, noprune=False)
         except NotFound:
             return {"outcome": "gone", "reason": ""}
-        except APIError as err:
-            if err.status_code == 409:
+        except DockerException as err:
+            if isinstance(err, APIError) and err.status_code == 409:
                 return {"outcome": "refused", "reason": short_text(err)}
-            raise EngineError(f"cannot remove image {ref}: {short_text(err)}") from None
-        except (DockerException, requests.RequestException) as err:
             raise EngineError(f"cannot remove image {ref}: {short_text(err)}") from None
         deleted = any(isinstance(item, dict) and item.get("Deleted") for item in answer or [])
         return {"outcome": "deleted" if deleted else "untagged", "reason": ""}
@@ -658,24 +653,9 @@ class Engine:
         run_id = labels.get(RUN_ID_LABEL)
         if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
             return None  # not a run id `run` makes: someone else's label (or an old forgery)
-        return None if self._image_labels(container).get(RUN_ID_LABEL) == run_id else run_id
-
-    def _image_labels(self, container: Any) -> dict[str, str]:
-        """Labels of the container's image (asked once per image and command)."""
-        from gpulaunch.engine.api.containers import inspect_image
-        from gpulaunch.engine.api.http import ApiError
-
-        image_id = str((getattr(container, "attrs", None) or {}).get("Image") or "")
-        if not image_id:
-            return {}
-        if image_id not in self._images:
-            try:
-                self._images[image_id] = inspect_image(self.api(), image_id)
-            except ApiError:
-                self._images[image_id] = None
-        image = self._images[image_id]
-        container._image = image  # `ps` shows its tags: not asked again
-        return {} if image is None else image.labels  # image gone: nothing was inherited
+        image = container.image  # gone: nothing was inherited
+        inherited = {} if image is None else image.labels
+        return None if inherited.get(RUN_ID_LABEL) == run_id else run_id
 
     def is_job(self, container: Any) -> bool:
         """A container `run` made, by all it set together: its own run id (`run_id_of`), the

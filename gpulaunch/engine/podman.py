@@ -57,22 +57,27 @@ class EngineKind:
         return f"{label} {self.version}{mode}"
 
 
-def engine_kind(version: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> EngineKind:
-    """The engine named by its `/version` answer (and, when given, Docker's `/info`: a rootless
-    dockerd says `name=rootless` in its security options; Podman says nothing there, see
-    `podman_rootless`)."""
+def engine_kind(version: Mapping[str, Any], info: Any = None) -> EngineKind:
+    """The engine named by its `/version` answer; rootless or not from `info` when given:
+    Docker's `/info` (a rootless dockerd says `name=rootless` in its security options) or
+    Podman's own (`host.security.rootless`: its Docker-style /info says nothing)."""
     components = version.get("Components")
     podman = None
     for part in components if isinstance(components, list) else []:
         if isinstance(part, dict) and str(part.get("Name", "")).startswith("Podman"):
             podman = part
             break
-    rootless = None
-    options = None if info is None else info.get("SecurityOptions")
-    if isinstance(options, list):
-        rootless = any("name=rootless" in str(option) for option in options)
+    info = info if isinstance(info, dict) else {}
     if podman is not None:
-        return EngineKind("podman", str(podman.get("Version") or version.get("Version")), None)
+        host = info.get("host")
+        security = host.get("security") if isinstance(host, dict) else None
+        rootless = security.get("rootless") if isinstance(security, dict) else None
+        name = str(podman.get("Version") or version.get("Version"))
+        return EngineKind("podman", name, rootless if isinstance(rootless, bool) else None)
+    options = info.get("SecurityOptions")
+    rootless = (
+        any("name=rootless" in str(o) for o in options) if isinstance(options, list) else None
+    )
     return EngineKind("docker", str(version.get("Version", "?")), rootless)
 
 
@@ -103,16 +108,6 @@ def find_cli(env: Mapping[str, str], url: str) -> PodmanCli | None:
         return None
     found = shutil.which("podman", path=env.get("PATH", os.defpath))
     return None if found is None else PodmanCli(found, "env", url)
-
-
-def podman_rootless(kind: EngineKind, libpod_info: Any) -> EngineKind:
-    """`kind` with rootless from Podman's own info (`host.security.rootless`), else unknown."""
-    from dataclasses import replace
-
-    host = libpod_info.get("host") if isinstance(libpod_info, dict) else None
-    security = host.get("security") if isinstance(host, dict) else None
-    rootless = security.get("rootless") if isinstance(security, dict) else None
-    return replace(kind, rootless=rootless if isinstance(rootless, bool) else None)
 
 
 # -- which engine an address had, for --dry-run (which asks no daemon) --------------------------

@@ -428,13 +428,6 @@ DETACH_KEYS = "ctrl-],ctrl-^,ctrl-@,ctrl-_,ctrl-],ctrl-^,ctrl-@,ctrl-_"
 DETACH_GRACE_S = 2.0  # an attach that ends this long before the job was detached
 
 
-def _isatty(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
-
-
 def _foreground(fd: int) -> bool:
     """Is this process group the terminal's foreground one (`gpulaunch run ... &` is not:
     reading the terminal would stop it with SIGTTIN)?"""
@@ -463,11 +456,11 @@ def choose(
     A terminal for a job whose stdin comes from a pipe, a file or a background process is
     refused (ConfigError naming --tty): the job's terminal would echo the input, mangle its
     bytes and never pass end-of-file, so the job would wait for input forever."""
-    terminal_in = _isatty(stdin_fd) and _foreground(stdin_fd)
+    terminal_in = os.isatty(stdin_fd) and _foreground(stdin_fd)
     if interactive is None:
         interactive = terminal_in or _pipe_or_file(stdin_fd)
     if tty is None:
-        tty = interactive and terminal_in and _isatty(stdout_fd)
+        tty = interactive and terminal_in and os.isatty(stdout_fd)
     elif tty and interactive and not terminal_in:
         raise ConfigError(
             "--tty: stdin is not a terminal in the foreground (piped input never ends under a "
@@ -512,7 +505,7 @@ def _terminal(container: Container, fd: int = STDIN_FD, out_fd: int = STDOUT_FD)
     import tty as ttymod
 
     saved = None
-    if _isatty(fd):
+    if os.isatty(fd):
         with contextlib.suppress(termios.error):
             saved = termios.tcgetattr(fd)
             # TCSANOW, not setraw's default TCSAFLUSH: what was typed while the job started
@@ -525,7 +518,7 @@ def _terminal(container: Container, fd: int = STDIN_FD, out_fd: int = STDOUT_FD)
             container.resize(height=size.lines, width=size.columns)
 
     previous = None
-    if _isatty(out_fd) and threading.current_thread() is threading.main_thread():
+    if os.isatty(out_fd) and threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGWINCH, resize)
     resize()
     try:

@@ -21,7 +21,6 @@ from gpulaunch.engine.podman import (
     check_cdi,
     engine_kind,
     libpod_spec,
-    podman_rootless,
 )
 from gpulaunch.engine.runspec import Mount, RunPlan, create_body
 from gpulaunch.errors import EngineError
@@ -79,11 +78,11 @@ def test_podman_names_itself_in_the_version_components() -> None:
     (a rootless 4.3.1 service answers SecurityOptions ["name=seccomp,profile=default"])."""
     kind = engine_kind(PODMAN_VERSION, {"SecurityOptions": ["name=seccomp,profile=default"]})
     assert (kind.name, kind.version, kind.rootless) == ("podman", "4.3.1", None)
-    rootless = podman_rootless(kind, {"host": {"security": {"rootless": True}}})
+    rootless = engine_kind(PODMAN_VERSION, {"host": {"security": {"rootless": True}}})
     assert rootless.describe() == "Podman 4.3.1, rootless"
-    rootful = podman_rootless(kind, {"host": {"security": {"rootless": False}}})
+    rootful = engine_kind(PODMAN_VERSION, {"host": {"security": {"rootless": False}}})
     assert rootful.describe() == "Podman 4.3.1, rootful"
-    assert podman_rootless(kind, {"host": "?"}).rootless is None
+    assert engine_kind(PODMAN_VERSION, {"host": "?"}).rootless is None
 
 
 def test_a_rootless_docker_says_so_in_its_info() -> None:

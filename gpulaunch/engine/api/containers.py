@@ -108,10 +108,13 @@ class Container:
 
     @property
     def image(self) -> Image | None:
-        """Its image (None when gone), asked once."""
+        """Its image, asked once (None when it is gone or the engine's answer is an error)."""
         if self._image is False:
             image_id = str(self.attrs.get("Image") or "")
-            self._image = inspect_image(self.api, image_id) if image_id else None
+            try:
+                self._image = inspect_image(self.api, image_id) if image_id else None
+            except ApiError:
+                self._image = None
         return self._image  # type: ignore[no-any-return]
 
     @property
