@@ -2,8 +2,7 @@
 perturbs, one row here changes that input alone and asserts a miss (the answer is computed
 again). The tag cache's own table is tests/image/test_tagcache_key.py, the config cache's
 tests/test_configcache.py, the CLI probe's tests/engine/test_cli_probe_cache.py; the rows here
-fill what they leave out. A row marked xfail(strict=True) is an input the key really lacks
-(reported, not fixed here)."""
+fill what they leave out."""
 
 from __future__ import annotations
 
@@ -144,32 +143,11 @@ def _past_deadsnakes_end(tmp: Path, m: pytest.MonkeyPatch) -> Callable[[], None]
 
 
 TAG_ROWS: dict[str, Any] = {
-    "gpulaunch's code replaced, same size and mtime": pytest.param(
-        _package_copy,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="tagcache._tree_stat keys gpulaunch's files by (path, size, mtime) only: "
-            "no inode or ctime",
-        ),
-    ),
-    "a template replaced, same size and mtime": pytest.param(
-        _templates_copy,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="tagcache._tree_stat keys the templates by (path, size, mtime) only: "
-            "no inode or ctime",
-        ),
-    ),
+    "gpulaunch's code replaced, same size and mtime": _package_copy,
+    "a template replaced, same size and mtime": _templates_copy,
     "an overlay named by GPULAUNCH_CATALOG_PATH": _catalog_path_overlay,
     "an overlay edited, mtime set back (touch -r)": _overlay_touched_back,
-    "today's date past deadsnakes' end for the plan's OS": pytest.param(
-        _past_deadsnakes_end,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="python_install.choose_source reads date.today() (deadsnakes `until`); "
-            "the tag cache's key holds no date, so a hit skips the refusal",
-        ),
-    ),
+    "today's date past deadsnakes' end for the plan's OS": _past_deadsnakes_end,
 }
 
 
@@ -430,12 +408,6 @@ def test_secret_scan_each_input_misses(
     assert expected in scanned
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the secret scan's key (context.refuse_detected_secrets) holds the scanner, the "
-    "file's name and bytes but not .secrets.baseline: a file clean only because the baseline "
-    "allowed its finding stays 'clean' after the baseline stops allowing it",
-)
 def test_secret_scan_a_baseline_that_no_longer_allows_the_finding_misses(project: Path) -> None:
     from detect_secrets.core.scan import scan_file
     from detect_secrets.settings import default_settings

@@ -487,17 +487,21 @@ def refuse_detected_secrets(
     """`refuse_secrets` with detect-secrets (its keyword and token plugins and its filters for
     obvious non-secrets), for the build itself: about 0.1 s to import and a few ms a file, so
     files are keyed by what a verdict depends on (detect-secrets' version and plugins, the
-    file's name, whose type picks the keyword patterns, and its text) and a key in
-    `known_clean` (what earlier builds found clean) is not scanned again. Returns the keys of
-    the files found clean, for the caller to remember."""
+    file's name, whose type picks the keyword patterns, its text, and what .secrets.baseline
+    allows in it) and a key in `known_clean` (what earlier builds found clean) is not scanned
+    again. Returns the keys of the files found clean, for the caller to remember."""
     scanner = f"detect-secrets {_scanner_version()} -{','.join(_NOISY_PLUGINS)}"
+    allowed = _baseline(project)
     keys: dict[str, str] = {}
     for rel, data in _scanned(project, entries):
-        head = f"{scanner}\0{rel}\0".encode("utf-8", "surrogateescape")
+        # a file clean only because the baseline allows a finding is clean only while it does
+        hashes = sorted(h for name, h in allowed.hashes if name == rel)
+        lines = sorted(n for name, n in allowed.lines if name == rel)
+        head = f"{scanner}\0{rel}\0{hashes}\0{lines}\0".encode("utf-8", "surrogateescape")
         keys[rel] = hashlib.sha256(head + data).hexdigest()
     todo = [rel for rel, key in keys.items() if key not in known_clean]
     if todo:
-        _refuse(_detect_secrets(project, todo, _baseline(project)))
+        _refuse(_detect_secrets(project, todo, allowed))
     return frozenset(keys.values())
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
+from gpulaunch.catalog.python_install import deadsnakes_open
 from gpulaunch.engine.buildspec import Builder
 from gpulaunch.errors import ConfigError
 from gpulaunch.fsio import read_cache, write_cache
@@ -76,8 +77,10 @@ class Hit:
     reads: PlanReads | None = None
 
 
-def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
-    out: list[tuple[str, int, int]] = []
+def _tree_stat(root: Path) -> list[tuple[str, int, int, int, int]]:
+    """Each file's identity: a file replaced by rename with the same size and mtime (cp -p,
+    an install that keeps the wheel's times) is another inode and ctime."""
+    out: list[tuple[str, int, int, int, int]] = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -85,7 +88,8 @@ def _tree_stat(root: Path) -> list[tuple[str, int, int]]:
                 st = os.stat(os.path.join(folder, name))
             except OSError:
                 continue
-            out.append((os.path.join(folder, name), st.st_size, st.st_mtime_ns))
+            path = os.path.join(folder, name)
+            out.append((path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
     return out
 
 
@@ -106,6 +110,7 @@ def key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions
         "package": _tree_stat(_PACKAGE),
         "templates": _tree_stat(templates_dir()),
         "overlays": fingerprint(overlay_paths()),  # as the catalog's own cache knows them
+        "deadsnakes": deadsnakes_open(),  # the plan may choose only a series still served
         "config": config.model_dump(mode="json"),
         "project": os.path.abspath(project),
         "builder": opts.builder or "auto",
