@@ -119,36 +119,50 @@ def _overlay_touched_back(tmp: Path, m: pytest.MonkeyPatch) -> Callable[[], None
     return edit
 
 
-def _past_deadsnakes_end(tmp: Path, m: pytest.MonkeyPatch) -> Callable[[], None]:
-    """The day after deadsnakes drops jammy (python_install.yaml `until`): this config's
-    Python 3.11 on ubuntu22.04 can no longer be installed, so planning refuses it."""
+TAG_ROWS: dict[str, Any] = {
+    "gpulaunch's code replaced, same size and mtime": _package_copy,
+    "a template replaced, same size and mtime": _templates_copy,
+    "an overlay named by GPULAUNCH_CATALOG_PATH": _catalog_path_overlay,
+    "an overlay edited, mtime set back (touch -r)": _overlay_touched_back,
+}
+
+
+def test_tag_cache_a_plan_on_a_deadsnakes_series_ends_with_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's Python 3.11 on ubuntu22.04 comes from deadsnakes, which serves that series
+    until a date: the day after, the remembered tag is no answer (the key holds no date, so
+    the entry itself says until when it holds) and planning again refuses the Python."""
+    import time
+
     from gpulaunch.catalog import python_install
+    from gpulaunch.config import load_config
+    from gpulaunch.errors import CatalogError
+    from gpulaunch.image import tagcache
+    from gpulaunch.image.build import BuildOptions, prepare_build
+
+    monkeypatch.setattr(tagcache, "RACY_S", 0.0)
+    old = time.time() - 60
+    for path in project.iterdir():
+        os.utime(path, (old, old))
+    cfg = load_config(project / "gpulaunch.yaml")
+    key = tagcache.key(cfg, project, _Engine(), BuildOptions())  # type: ignore[arg-type]
+    prepared = prepare_build(cfg, project, "buildkit", BuildOptions())
+    assert prepared.plan.resolved.python_source == "deadsnakes"
+    tagcache.store(project, key, prepared, time.time())
+    hit = tagcache.lookup(project, key, cfg.name)
+    assert hit is not None and hit.tag == prepared.tag
 
     class Later(date):
         @classmethod
         def today(cls) -> Later:
             return cls(2100, 1, 1)
 
-    def later() -> None:
-        m.setattr(python_install, "date", Later)
-        from gpulaunch.config import load_config
-        from gpulaunch.errors import CatalogError
-        from gpulaunch.image.build import BuildOptions, prepare_build
-
-        cfg = load_config(tmp / "proj" / "gpulaunch.yaml")
-        with pytest.raises(CatalogError):  # the answer changed: the plan is now refused
-            prepare_build(cfg, tmp / "proj", "buildkit", BuildOptions())
-
-    return later
-
-
-TAG_ROWS: dict[str, Any] = {
-    "gpulaunch's code replaced, same size and mtime": _package_copy,
-    "a template replaced, same size and mtime": _templates_copy,
-    "an overlay named by GPULAUNCH_CATALOG_PATH": _catalog_path_overlay,
-    "an overlay edited, mtime set back (touch -r)": _overlay_touched_back,
-    "today's date past deadsnakes' end for the plan's OS": _past_deadsnakes_end,
-}
+    monkeypatch.setattr(tagcache, "date", Later)
+    monkeypatch.setattr(python_install, "date", Later)
+    assert tagcache.lookup(project, key, cfg.name) is None
+    with pytest.raises(CatalogError):
+        prepare_build(cfg, project, "buildkit", BuildOptions())
 
 
 @pytest.mark.parametrize("change", list(TAG_ROWS.values()), ids=list(TAG_ROWS))

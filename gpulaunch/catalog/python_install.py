@@ -151,13 +151,6 @@ def standalone() -> Standalone:
     return Standalone(_texts(row.get("pythons"), "sources.standalone"), glibc, row["uv_image"])
 
 
-def deadsnakes_open() -> list[str]:
-    """The OS series deadsnakes still serves today: a plan chooses among them, so the tag
-    cache keys on them (a hit must not outlive a series' end)."""
-    on = date.today()
-    return sorted(name for name, row in deadsnakes().items() if on <= row.until)
-
-
 def deadsnakes_gap(os_name: str, python: str, on: date) -> str | None:
     """Why deadsnakes cannot install `python` on `os_name` on that date (None: it can)."""
     row = deadsnakes().get(os_name)

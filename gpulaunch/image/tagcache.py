@@ -28,11 +28,11 @@ import re
 import stat
 import types
 from collections.abc import Mapping, Sequence
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulaunch import __version__
-from gpulaunch.catalog.python_install import deadsnakes_open
 from gpulaunch.engine.buildspec import Builder
 from gpulaunch.errors import ConfigError
 from gpulaunch.fsio import read_cache, write_cache
@@ -110,7 +110,6 @@ def key(config: ProjectConfig, project: Path, engine: Engine, opts: BuildOptions
         "package": _tree_stat(_PACKAGE),
         "templates": _tree_stat(templates_dir()),
         "overlays": fingerprint(overlay_paths()),  # as the catalog's own cache knows them
-        "deadsnakes": deadsnakes_open(),  # the plan may choose only a series still served
         "config": config.model_dump(mode="json"),
         "project": os.path.abspath(project),
         "builder": opts.builder or "auto",
@@ -147,6 +146,9 @@ def lookup(project: Path, cache_key: str, name: str) -> Hit | None:
         return None
     data = read_cache(project / CACHE_REL)
     if not isinstance(data, dict) or data.get("key") != cache_key:
+        return None
+    until = data.get("until")  # a plan that chose a deadsnakes series holds until it ends
+    if until is not None and not (isinstance(until, str) and date.today().isoformat() <= until):
         return None
     try:
         tag, builder, dockerfile = data["tag"], data["builder"], data["dockerfile"]
@@ -218,6 +220,12 @@ def store(project: Path, cache_key: str, prepared: PreparedBuild, hashed_at: flo
         "resolved": vars(prepared.plan.resolved),  # the catalog's dataclass or a cached plan's
         "inputs": list(prepared.plan.inputs),
     }
+    resolved = prepared.plan.resolved
+    if resolved.python_source == "deadsnakes":  # the day after the series ends, plan again
+        from gpulaunch.catalog.python_install import deadsnakes
+
+        series = deadsnakes().get(str(resolved.os))
+        data["until"] = series.until.isoformat() if series is not None else "0000-00-00"
     if prepared.reads is not None and not prepared.plan.secrets:
         data["reads"] = prepared.reads.to_json()
     write_cache(project / CACHE_REL, data, root=project)
