@@ -80,12 +80,14 @@ def _is_setuptools_cfg(path: Path) -> bool:
 SCRIPT_MARK = "# /// script"
 
 
-def candidates(root: Path) -> list[str]:
-    """Dependency files in the order one is chosen as the entry."""
+def candidates(root: Path) -> tuple[list[str], list[str]]:
+    """Dependency files in the order one is chosen as the entry, and those of them that can
+    be the entry (a pyproject with only metadata installs nothing)."""
     found: list[str] = []
     if (root / "requirements.txt").is_file():
         found.append("requirements.txt")
-    if (root / "pyproject.toml").is_file() and _pyproject_kind(root, "pyproject.toml"):
+    kind = _pyproject_kind(root, "pyproject.toml") if (root / "pyproject.toml").is_file() else None
+    if kind:
         found.append("pyproject.toml")
     # an environment file describes what the project runs in, setup.py only the package
     # (`conda env create` then `pip install -e .`): the environment's pins come first
@@ -106,7 +108,7 @@ def candidates(root: Path) -> list[str]:
         elif script_block(text) is not None:
             found.append(path.name)
             break
-    return found
+    return found, [rel for rel in found if rel != "pyproject.toml" or kind == "installs"]
 
 
 def _unused(root: Path, entry: str | None, read: set[str]) -> list[str]:
@@ -156,10 +158,7 @@ def read_project(
     `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras.
     `image_torch`: the torch* the image installs and pins itself (Project.image_torch)."""
     project = Project(gpu=gpu, image_torch=image_torch)
-    found = candidates(root)
-    installs = [
-        rel for rel in found if rel != "pyproject.toml" or _pyproject_kind(root, rel) == "installs"
-    ]
+    found, installs = candidates(root)
     chosen = entry if entry is not None else (installs[0] if installs else None)
     project.entry = chosen
     if chosen is not None:

@@ -65,11 +65,12 @@ def _setup_py(path: Path, shown: str) -> tuple[str, str, str]:
 
 
 def _build_requires(path: Path, shown: str) -> tuple[list[str], str]:
-    """pyproject [build-system].requires (texts other than torch*) and why torch is among
-    them; nothing without a pyproject or its build-system table."""
+    """pyproject [build-system].requires (texts other than torch*, setuptools at least 70.1)
+    and why torch is among them; nothing without a pyproject or its build-system table."""
     from packaging.requirements import InvalidRequirement
 
-    from gpulaunch.project.pyproject import load_toml, name_of, toml_table
+    from gpulaunch.project.pyproject import load_toml, toml_table
+    from gpulaunch.project.requirements import parse_requirement
 
     texts: list[str] = []
     torch = ""
@@ -78,28 +79,16 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str]:
     requires = toml_table(load_toml(path, shown)[1], "build-system").get("requires")
     for text in requires if isinstance(requires, list) else []:
         try:
-            name = name_of(str(text))
+            dep = parse_requirement(str(text))
         except InvalidRequirement:
             continue
-        if name in TORCH_FAMILY:
+        if dep.name in TORCH_FAMILY:
             torch = torch or f"{shown} [build-system] requires {text}"
+        elif dep.name == "setuptools":  # before 70.1: an editable build needs `wheel` too
+            texts.append(f"setuptools{dep.specifier},>=70.1" if dep.specifier else SETUPTOOLS)
         else:
             texts.append(str(text))
     return texts, torch
-
-
-def _with_setuptools_floor(texts: list[str]) -> list[str]:
-    """setuptools older than 70.1 builds an editable wheel only with `wheel` installed."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    out = []
-    for text in texts:
-        req = Requirement(text)
-        if canonicalize_name(req.name) == "setuptools":
-            text = f"setuptools{req.specifier},>=70.1" if req.specifier else SETUPTOOLS
-        out.append(text)
-    return out
 
 
 def find_builds(root: Path, project: Project) -> None:
@@ -119,7 +108,7 @@ def find_builds(root: Path, project: Project) -> None:
         if torch:
             from gpulaunch.project.pyproject import name_of
 
-            requires = _with_setuptools_floor(requires) if requires else [SETUPTOOLS]
+            requires = requires or [SETUPTOOLS]
             known = project.dist_names()
             project.inline += [text for text in requires if name_of(text) not in known]
             project.notes.append(

@@ -158,8 +158,7 @@ def _signature(entry: Any, index: int) -> Signature:
         raise CatalogError(f"{where}: expected a mapping with an id")
     where = f"{DATA_FILE}: {entry['id']}"
     known = {"id", "match", "oom_killed", "exit_codes", "cause", "fix", "doc", "detail"}
-    unknown = set(entry) - known - {"rank_failed", "source", "fix_own_package"}
-    if unknown:
+    if unknown := set(entry) - known - {"rank_failed", "source", "fix_own_package"}:
         raise CatalogError(f"{where}: unknown key {sorted(unknown)[0]}")
     for key in ("cause", "fix"):
         if not isinstance(entry.get(key), str) or not entry[key].strip():

@@ -87,7 +87,6 @@ class Sampler:
     stats: dict[int, _Stats] = field(default_factory=dict)
     cpu_s: float = 0.0
     wall_s: float = 0.0
-    available: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -105,7 +104,6 @@ class Sampler:
             with session(self.env) as nvml:
                 if nvml is None:
                     return
-                self.available = True
                 while True:
                     samples = self.sample(nvml)
                     if self.on_sample is not None:

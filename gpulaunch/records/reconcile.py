@@ -44,16 +44,10 @@ def _launcher_alive(record: RunRecord) -> bool:
         return False
     except PermissionError:
         return True
-    started = launcher.started
-    if isinstance(started, int) and not isinstance(started, bool):
-        now = process_start(pid)  # a recycled pid started later: not our launcher
-        if now is not None:
-            return now == started
-    try:  # an older record: a recycled pid is at least not a gpulaunch process
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    return b"gpulaunch" in cmdline
+    # a recycled pid started later: not our launcher. Every record read carries the start
+    # (it came before the seal); None where /proc cannot tell, and then neither could more
+    now = process_start(pid)
+    return launcher.started is None or now is None or now == launcher.started
 
 
 def complete_from_container(record: RunRecord, container: Any) -> bool:

@@ -26,7 +26,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from gpulaunch.fsio import NotRegular, open_regular, state_dir
+from gpulaunch.errors import ConfigError
+from gpulaunch.fsio import NotRegular, open_regular, state_dir, write_file
 
 SEAL_FIELD = "seal"
 KEY_NAME = "record-key"
@@ -38,8 +39,6 @@ def _read_key(path: Path) -> bytes | None:
     anything but a key only this user can read: a link, a FIFO or folder, another owner,
     group or other permission bits, or the wrong length (a key an attacker planted or
     could read is no key at all)."""
-    from gpulaunch.errors import ConfigError
-
     try:
         fd, info = open_regular(path)
     except FileNotFoundError:
@@ -75,13 +74,9 @@ def record_key(create: bool) -> bytes | None:
     key = _read_key(path)
     if key is not None or not create:
         return key
-    from gpulaunch.fsio import write_file
-
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as err:
-        from gpulaunch.errors import ConfigError
-
         raise ConfigError(f"{folder}: cannot make the key's folder: {err.strerror}") from None
     write_file(path, os.urandom(_KEY_BYTES), root=folder, mode=0o600)
     return _read_key(path)
@@ -97,8 +92,6 @@ def seal(record: dict[str, Any]) -> dict[str, Any]:
     """`record` with its seal (the key is made on first use); GpulaunchError when it cannot be."""
     key = record_key(create=True)
     if key is None:
-        from gpulaunch.errors import ConfigError
-
         raise ConfigError(f"{state_dir() / KEY_NAME}: cannot read the record key")
     return {**record, SEAL_FIELD: _digest(record, key)}
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from gpulaunch.errors import GpulaunchError
+from gpulaunch.errors import ConfigError, GpulaunchError
 
 SCHEMA_VERSION = 1
 RUNS_DIR = Path(".gpulaunch") / "runs"
@@ -43,15 +43,12 @@ def utc_now() -> str:
 
 
 def parse_time(text: Any) -> datetime | None:
-    """An ISO 8601 time from a record or the engine (nanoseconds and offsets allowed)."""
+    """An ISO 8601 time from a record or the engine (Python 3.11's fromisoformat takes a Z and
+    the engine's nanoseconds, cut to microseconds); naive times are UTC."""
     if not isinstance(text, str) or not text or text.startswith("0001-01-01"):
         return None
-    text = text.strip().replace("Z", "+00:00")
-    match = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)", text)
-    if match:  # Python's fromisoformat takes at most microseconds
-        text = match[1] + (match[2] or "")[:7] + match[3]
     try:
-        value = datetime.fromisoformat(text)
+        value = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -263,8 +260,6 @@ def load_one(path: Path) -> RunRecord:
 
 
 def load(project: Path, run_id: str) -> RunRecord:
-    from gpulaunch.errors import ConfigError
-
     if not is_run_id(run_id):
         raise ConfigError(f"ID: {run_id!r} is not a run id (see `gpulaunch history`)")
     path = record_path(project, run_id)

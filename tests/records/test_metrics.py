@@ -94,7 +94,7 @@ def test_thread_samples_until_stopped_and_measures_itself(fake_nvml: FakeNvml) -
 def test_no_nvml_no_sampler() -> None:
     sampler = Sampler({}, [0], interval=0.01)
     sampler.start()
-    assert sampler.stop() is None and not sampler.available
+    assert sampler.stop() is None
 
 
 def test_status_text() -> None:
