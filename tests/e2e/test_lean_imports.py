@@ -36,11 +36,17 @@ sys.stdout.write("\\nMODULES " + json.dumps([code, heavy]) + "\\n")
 """
 
 
-def _loaded(cwd: Path, *args: str) -> tuple[int, list[str], str]:
+def _loaded(cwd: Path, *args: str, **env: str) -> tuple[int, list[str], str]:
     watched = [*SDK_STACK, *NOT_ON_SUCCESS]
     argv = [sys.executable, "-c", SCRIPT, json.dumps(list(args)), json.dumps(watched)]
     proc = subprocess.run(
-        argv, cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=300, check=False
+        argv,
+        cwd=cwd,
+        env={**cli_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     last = [line for line in proc.stdout.splitlines() if line.startswith("MODULES ")]
     assert last, proc.stderr[-3000:]
@@ -60,6 +66,7 @@ def test_run_on_a_built_image_and_ps_import_no_docker_sdk_nor_failure_paths(app:
 
 
 def test_the_check_sees_the_sdk_when_a_command_needs_it(app: Path) -> None:
-    """`doctor` reads the engine's facts through the SDK: the same check reports it."""
-    _code, heavy, _stderr = _loaded(app, "doctor")
+    """An engine that is not a local socket is reached through the SDK's session (its TLS
+    and ssh): the same check reports the SDK for `ps` there (nothing listens on the port)."""
+    _code, heavy, _stderr = _loaded(app, "ps", "--all", DOCKER_HOST="tcp://127.0.0.1:9")
     assert "docker" in heavy
