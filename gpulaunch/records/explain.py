@@ -127,19 +127,17 @@ def _data() -> dict[str, Any]:
         raw = read_packaged("failures.yaml")
     except ConfigError as err:
         raise CatalogError(f"failure signatures: {err.message}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("module_packages", {}), dict):
-        raise CatalogError(f"{DATA_FILE}: expected a mapping with signatures, module_packages")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{DATA_FILE}: expected a mapping with signatures")
     return raw
 
 
 def package_of(module: str) -> str:
-    """The pip package that installs `module` (`cv2` -> opencv-python-headless)."""
-    packages = {str(k): str(v) for k, v in (_data().get("module_packages") or {}).items()}
-    parts = module.split(".")
-    for cut in range(len(parts), 0, -1):  # google.protobuf.x -> google.protobuf
-        if ".".join(parts[:cut]) in packages:
-            return packages[".".join(parts[:cut])]
-    return parts[0]
+    """The pip package that installs `module` (`cv2` -> opencv-python-headless): the first
+    candidate of the import-name table that init and the build's import check use."""
+    from gpulaunch.project.imports import load_table
+
+    return load_table().candidates(module)[0]
 
 
 @functools.cache

@@ -455,3 +455,19 @@ def test_a_rank_ended_by_a_real_time_signal_is_explained_by_its_exit_code(code: 
     found = explain(Evidence(text, exit_code=1, host=False))
     assert found is not None
     assert f"failed first and exited with {128 - code}" in found.cause
+
+
+@pytest.mark.parametrize(
+    ("module", "package"),
+    [("cv2", "opencv-python-headless"), ("google.protobuf.message", "protobuf"),
+     ("git", "gitpython"), ("Foo_Bar.sub", "foo-bar")],
+)  # fmt: skip
+def test_a_missing_module_names_the_package_init_and_the_import_check_would(
+    module: str, package: str
+) -> None:
+    """One import-name table (project/imports) answers for init, the build's import check and
+    the failure explainer: an unknown name is suggested as pip normalizes it."""
+    from gpulaunch.project.imports import load_table
+    from gpulaunch.records.explain import package_of
+
+    assert package_of(module) == load_table().candidates(module)[0] == package
