@@ -490,3 +490,26 @@ def test_a_planted_or_odd_kinds_cache_is_not_known(tmp_path: Path) -> None:
     ):
         (cache_dir() / KINDS_FILE).write_text(json.dumps({"unix:///x.sock": entry}))
         assert known_kind("unix:///x.sock") is None, entry
+
+
+def test_podman_whose_libpod_info_fails_is_still_podman_with_rootless_unknown() -> None:
+    """/version names Podman but its own info endpoint fails: the engine is still Podman
+    (libpod create, notmpcopyup on the state mask), rootless left unknown, not Docker."""
+    from gpulaunch.engine.api.http import ApiError
+
+    class NoInfo(FakeApi):
+        def call(
+            self, method: str, path: str, query: Any = None, body: Any = None, **k: Any
+        ) -> Any:
+            if path == LIBPOD_INFO:
+                raise ApiError(404, "page not found")
+            return super().call(method, path, query, body, **k)
+
+    api = NoInfo(PODMAN_VERSION)
+    engine = _engine(api)
+    kind = engine.kind()
+    assert (kind.name, kind.rootless) == ("podman", None)
+    engine.create_container(create_body(_plan()))
+    (create,) = [c for c in api.calls if "create" in c[1]]
+    assert create[1] == LIBPOD_CREATE
+    assert create[2]["mounts"][1]["options"][-1] == "notmpcopyup"
