@@ -54,7 +54,7 @@ def prune(
     from gpulaunch.image.prune import RECENT_RECORD_DAYS
     from gpulaunch.image.prune import prune as prune_images
 
-    project_name, records = None, []
+    project_name, recorded = None, {}
     found = config is not None or find_config(None, Path.cwd()).exists()
     if not (found or all_projects):
         from gpulaunch.errors import ConfigError
@@ -67,19 +67,19 @@ def prune(
         cfg, folder = load_project(config, write_cache=not dry_run)
         project_name = cfg.name
         if not include_recorded:
-            from gpulaunch.records.history import select
+            from gpulaunch.records.history import recorded_images, select
             from gpulaunch.records.store import load_all
 
             loaded = load_all(folder)
             for warning in loaded.warnings:
                 echo_err(warning)
             since = datetime.now(UTC) - timedelta(days=RECENT_RECORD_DAYS)
-            records = [record.to_json() for record in select(loaded.records, None, since)]
+            recorded = recorded_images(select(loaded.records, None, since))
     report = prune_images(
         make_engine(),
         project=None if all_projects else project_name,
         keep=keep,
-        records=records,
+        recorded=recorded,
         dry_run=dry_run,
     )
     if as_json:

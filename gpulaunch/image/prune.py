@@ -122,21 +122,6 @@ def _whole(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def recorded_images(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Image id or tag -> the run id of the newest record that names it (records newest
-    first, as `records.store.load_all` and `records.history.select` give them)."""
-    named: dict[str, str] = {}
-    for record in records:
-        image = record.get("image")
-        if not isinstance(image, Mapping):
-            continue
-        for key in ("id", "tag"):
-            value = image.get(key)
-            if isinstance(value, str) and value:
-                named.setdefault(value, str(record.get("id", "")))
-    return named
-
-
 def decide(
     images: list[Image],
     users: Iterable[Mapping[str, str]],
@@ -173,17 +158,18 @@ def prune(
     *,
     project: str | None,
     keep: int = DEFAULT_KEEP,
-    records: Iterable[Mapping[str, Any]] = (),
+    recorded: Mapping[str, str] | None = None,
     dry_run: bool = False,
 ) -> Report:
     """Remove the images of `project` (None: of every project) that nothing keeps.
 
-    `records`: the run records whose images stay (the caller picks the recent ones, or none
-    when the user asks). With `dry_run` the engine is only asked for lists."""
+    `recorded`: image id or tag -> the run record that keeps it (records.history's
+    `recorded_images` of the recent records, or none when the user asks). With `dry_run`
+    the engine is only asked for lists."""
     if keep < 0:
         raise ConfigError(f"--keep: {keep} is negative")
     images = owned(engine.managed_images(), project)
-    decisions = decide(images, engine.image_users(), keep, recorded_images(records))
+    decisions = decide(images, engine.image_users(), keep, recorded or {})
     projects = sorted({i.project for i in images} | ({project} if project else set()))
     report = Report(dry_run=dry_run, keep=keep, projects=projects)
     for decision in decisions:

@@ -102,3 +102,15 @@ def row(record: RunRecord) -> dict[str, str]:
         "gpu_hours": "-" if hours is None else f"{hours:.4f}",
         "cost": str(record.cost or "-"),
     }
+
+
+def recorded_images(records: list[RunRecord]) -> dict[str, str]:
+    """Image id or tag -> the run id of the newest record that names it (records newest
+    first, as `store.load_all` and `select` give them): what `prune` keeps for them."""
+    named: dict[str, str] = {}
+    for record in records:
+        if record.image is not None:
+            for value in (record.image.id, record.image.tag):
+                if value:
+                    named.setdefault(value, record.id)
+    return named

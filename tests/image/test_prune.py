@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from gpulaunch.cli import app
 from gpulaunch.errors import ConfigError, EngineError
 from gpulaunch.image import prune as core
+from gpulaunch.records.history import recorded_images
+from gpulaunch.records.store import RunRecord
 
 MANAGED = {"io.gpulaunch.managed": "true", "io.gpulaunch.project": "proj"}
 NOW = 1_800_000_000
@@ -58,8 +60,8 @@ class FakeEngine:
         return {"outcome": "untagged" if ref in self.untag_only else "deleted", "reason": ""}
 
 
-def record(run_id: str, tag: str = "", image_id: str = "") -> dict[str, Any]:
-    return {"id": run_id, "image": {"tag": tag, "id": image_id}}
+def record(run_id: str, tag: str = "", image_id: str = "") -> RunRecord:
+    return RunRecord.from_json({"id": run_id, "image": {"tag": tag, "id": image_id}})
 
 
 def by_tag(report: core.Report) -> dict[str, list[str]]:
@@ -122,7 +124,7 @@ def test_each_kept_image_says_why_and_the_rest_is_removed_by_id() -> None:
         record("20261201-000000-aaaaaa", tag="proj:gl-aaaaaaaaaaa5"),
         record("20261130-000000-bbbbbb", image_id="sha256:recid"),
     ]
-    report = core.prune(engine, project="proj", keep=2, records=records)
+    report = core.prune(engine, project="proj", keep=2, recorded=recorded_images(records))
     assert by_tag(report) == {
         "proj:gl-aaaaaaaaaaa1": ["among the newest 2", "tagged proj:latest"],
         "proj:gl-aaaaaaaaaaa2": ["among the newest 2"],
@@ -191,12 +193,11 @@ def test_an_image_a_child_still_needs_is_reported_as_untagged_and_not_counted() 
 
 
 def test_records_name_images_by_id_or_tag_newest_record_first() -> None:
-    named = core.recorded_images(
+    named = recorded_images(
         [
             record("20261202-000000-aaaaaa", tag="proj:gl-1", image_id="sha256:x"),
             record("20261201-000000-bbbbbb", tag="proj:gl-1"),
-            {"id": "20261130-000000-cccccc", "image": "not an object"},
-            {"id": "20261129-000000-dddddd"},
+            RunRecord.from_json({"id": "20261129-000000-dddddd"}),  # host mode: no image
         ]
     )
     assert named == {"proj:gl-1": "20261202-000000-aaaaaa", "sha256:x": "20261202-000000-aaaaaa"}
