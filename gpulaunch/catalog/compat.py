@@ -140,7 +140,6 @@ def gpu_compute_capability(name: str) -> str | None:
 
 
 # ---------------------------------------------------------------- the host check
-# Refuse a CUDA/driver or GPU-architecture mismatch before building or starting anything.
 # Uses NVML (nvidia-ml-py) when it is installed and a driver answers; otherwise nothing is
 # known about the host and nothing is refused. The answer names both sides and what fits.
 
@@ -209,7 +208,7 @@ def host_builds(host: HostGpus, rows: Sequence[MatrixRow] | None = None) -> list
     for row in matrix() if rows is None else rows:
         if row.cuda is None or row.status != "stable" or not row.verified:
             continue
-        if not row.driver_verified:  # an image rule gpulaunch modelled: never a default
+        if not row.driver_verified:
             continue
         if not all(_supports(row.archs, row.cuda, cc) for cc in ccs):
             continue

@@ -1,7 +1,7 @@
 """Catalog data model and the loader of gpulaunch/data/catalog.yaml.
 
 Shape validation lives here (every field checked, unknown keys and unquoted numbers refused,
-errors carry the YAML path), so `gpulaunch.catalog` holds only the reasoning over the facts.
+errors carry the YAML path), so the other catalog modules hold only the reasoning over facts.
 """
 
 from __future__ import annotations

@@ -196,12 +196,9 @@ def _unverified(
 ) -> Requirement:
     """A rule NVIDIA's Dockerfiles we read do not state. In order: a reported rule of this
     version or of the newest earlier patch of the same X.Y (secondary evidence), the newest read
-    rule of the same X.Y, else a model from NVIDIA's pattern: `cuda>=X.Y`, the
-    forward-compatibility branches of the newest known rule before it, and the branch
-    of the previous X.Y's own driver (each release has added it; branches leave at end of life,
-    which nothing here foretells). Never a copy of the previous release alone: that misses the
-    branch each release adds (13.2 lists 590, 13.1 did not). Marked unverified: never the rule
-    of a default image (resolver), and named in every message."""
+    rule of the same X.Y, else `_pattern_model`. Never a copy of the previous release alone: that
+    misses the branch each release adds (13.2 lists 590, 13.1 did not). Marked unverified: never
+    the rule of a default image (resolver), and named in every message."""
     xy = major_minor(cuda)
     if xy not in _data()["driver_cuda"]:
         raise CatalogError(f"image.cuda: no driver data for CUDA {cuda!r}")
@@ -223,7 +220,8 @@ def _unverified(
 
 def _pattern_model(xy: str, known: dict[str, str]) -> tuple[str, str]:
     """`cuda>=X.Y` with the branches of the newest known rule below X.Y (13.0 carried 12.9's),
-    plus the previous X.Y's driver branch (NVIDIA's pattern, driver_rules.yaml)."""
+    plus the previous X.Y's driver branch, which each release has added (NVIDIA's pattern,
+    driver_rules.yaml; branches leave at end of life, which nothing here foretells)."""
     older = [v for v in known if version_key(major_minor(v)) < version_key(xy)]
     if not older:
         return f"cuda>={xy}", f"cuda>={xy} alone"

@@ -590,10 +590,9 @@ def select_torch(cat: Catalog, value: str | None) -> TorchSel | None:
 
 
 def choose_variant(sel: TorchSel, cuda: CudaReq | None, cat: Catalog) -> Variant:
-    """The wheel variant: the requested CUDA x.y, else the broadest driver reach (see
-    broad_reach_variant). A CUDA the release lists no build for is
-    refused only when its build list is complete; otherwise the absence is unknown and an
-    unverified build is offered (`_unlisted_build`), never as a default."""
+    """The wheel variant: the requested CUDA x.y, else `broad_reach_variant`. A CUDA the
+    release lists no build for is refused only when its build list is complete; otherwise the
+    absence is unknown and an unverified build is offered (`_unlisted_build`)."""
     rel = sel.release
     if cuda is None:
         return broad_reach_variant(cat, rel)

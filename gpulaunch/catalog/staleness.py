@@ -75,9 +75,8 @@ def stale_message(
     today: date,
     known_gaps: Sequence[Gap] = (),
 ) -> str | None:
-    """The warning when the newest facts of some part (packaged, or an overlay that refreshed
-    that part; a bare date refreshes every part) are older than STALE_DAYS, or when a known gap
-    of a part is due (its `expected` date passed) and no overlay refreshed that part since."""
+    """The warning the module docstring describes, or None; a bare date in `overlays`
+    refreshes every part."""
     packaged = overlay.parse_date(research_date)
     if packaged is None:
         return None

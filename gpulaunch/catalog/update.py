@@ -65,8 +65,7 @@ class Sources:
         self._down: set[str] = set()
 
     def _get(self, url: str, kind: str, timeout: float, fetch: Callable[..., T]) -> T | None:
-        """`fetch(url, timeout=...)` (pypi.fetch_json or fetch_text) within what is left of
-        the time; None when the source did not answer (recorded)."""
+        """`fetch` within the time left; None when the source did not answer (recorded)."""
         if kind in self._down:
             return None
         left = self._deadline - time.monotonic()
@@ -295,11 +294,9 @@ class _Pairing(NamedTuple):
 
 
 def _companion(project: UpdateProject, torch: ReleaseFacts, guess: str | None) -> _Pairing:
-    """The torchvision/torchaudio release for a torch version, from the companion's own
-    metadata: an exact `torch==` pin ("pinned", high); else a release uploaded with or after
-    the torch release whose declared requirement admits it ("declared", medium: torchvision
-    0.29.2 says torch>=2.14.0 and came out with 2.15.0); else the conventional version when
-    its metadata could not be read ("convention", medium, reported); else none."""
+    """The torchvision/torchaudio release for a torch version by the module docstring's rule:
+    "pinned", "declared" (torchvision 0.29.2 says torch>=2.14.0 and came out with 2.15.0),
+    "convention" (its metadata not read), else "none"."""
     day = torch.date or ""
     later = [
         v
@@ -376,7 +373,7 @@ def _new_minor(
     report: UpdateReport,
 ) -> dict[str, Any]:
     """A torch minor the catalog does not know: its facts from the wheels and pins, its CUDA
-    builds from the PyTorch index where reachable, else carried over and marked."""
+    builds as `_variants` finds evidence for them."""
     dist = torch.dist(facts.version)
     wheel = pypi_facts.wheel_cuda(pypi_facts.exact_pins(dist or []))
     default_cuda = wheel.cuda if wheel else previous.get("pypi_default")

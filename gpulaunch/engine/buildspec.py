@@ -79,8 +79,8 @@ class BuildTerminated(GpulaunchError):
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into an exception while building so `finally` blocks run (temp files
-    removed, the docker child terminated). Only the main thread may install handlers."""
+    """SIGTERM (and SIGHUP) as BuildTerminated, so `finally` blocks clean up; only the main
+    thread may install handlers."""
     import signal
     import threading
 
@@ -110,8 +110,8 @@ def _write_secrets(folder: Path, secrets: Mapping[str, str]) -> list[int]:
     with the process), never a credential copy. Returns the descriptors; closing them
     (`secret_links` does) drops the values, else the process's exit does.
 
-    Where the system has no memfd (not Linux), a 0600 file in the private (0700) folder, as
-    before: removed with the folder, but a SIGKILL leaves it."""
+    Where the system has no memfd (not Linux), a 0600 file in the private (0700) folder:
+    removed with the folder, but a SIGKILL leaves it."""
     fds: list[int] = []
     for sid, value in secrets.items():
         data = value.encode("utf-8")

@@ -1,9 +1,9 @@
 """Which docker CLI can build with BuildKit (`docker buildx`, 23+, or a pre-23 client behind
 DOCKER_BUILDKIT=1; None: the SDK's classic builder), probed without a daemon.
 
-Each probe runs two subprocesses per `docker` on PATH, and a command asks more than once, so
-the answer is kept per process and, by builds and runs, in the user cache, keyed by all it
-depends on: the binaries, their plugins and the DOCKER_* variables."""
+Each probe runs two subprocesses per `docker` on PATH (about 100 ms), and a command asks more
+than once, so the answer is kept per process and in the user cache, keyed by all it depends
+on (`probe_key`). Every command reads the cache; only build and run write it, never a dry run."""
 
 from __future__ import annotations
 
@@ -44,9 +44,7 @@ _FRESH: dict[str, tuple[list[object], DockerCli | None]] = {}  # probed here, no
 
 
 def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
-    """The docker CLI a build uses, from GPULAUNCH_BUILDER, GPULAUNCH_DOCKER_CLI and PATH:
-    kept per process, and across processes in the user cache (read here; written only by
-    `remember_probes`, which a dry run never calls)."""
+    """The docker CLI a build uses, from GPULAUNCH_BUILDER, GPULAUNCH_DOCKER_CLI and PATH."""
     if env.get("GPULAUNCH_BUILDER") == "classic":
         return None
     candidates = _candidates(env)
@@ -62,8 +60,7 @@ def probe_cli(env: Mapping[str, str]) -> DockerCli | None:
 
 
 def remember_probes(now: float | None = None) -> None:
-    """Save what this process probed to the user cache (build and run call it; a failed
-    write is ignored; a dry run never calls it)."""
+    """Save what this process probed to the user cache (a failed write is ignored)."""
     if not _FRESH:
         return
     found = {
@@ -125,11 +122,8 @@ def _output(path: str, args: list[str], env: dict[str, str]) -> str | None:
 
 
 # -- the probe's answer across processes ----------------------------------------------------
-# Two subprocesses per candidate (about 100 ms) on every render, build and dry run: the answer
-# is kept in the user cache (`daycache`), keyed by all it depends on (`probe_key`). Read by
-# every command, written only by build and run (`remember_probes`). An entry that is missing,
-# corrupt, stale, planted under another key or naming a binary that is not a candidate only
-# means probing again.
+# An entry that is missing, corrupt, stale, planted under another key or naming a binary that
+# is not a candidate only means probing again.
 
 PROBE_FILE = "docker-cli.json"
 PROBE_FORMAT = 1

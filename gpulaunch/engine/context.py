@@ -8,10 +8,9 @@ and hashed as a link (its target text), as Docker sends it.
 
 `.dockerignore` rules follow Docker's matcher (moby/patternmatcher): Go-style globs with
 `**`, `!` exceptions, later rules win, a rule matching a folder matches everything below.
-Credential files (`SECRET_FILES`: keys, `.netrc`, `.pypirc`, `.aws`, docker's config.json ...)
-are left out at any depth whatever .dockerignore says, files the Dockerfile references (a
-`ca_cert` named `*.pem`) are re-included whatever either says, and the config file plus
-`.gpulaunch/` are always left out (launch.env may hold secrets).
+Credential files (`SECRET_FILES`) are left out at any depth whatever .dockerignore says,
+files the Dockerfile references (a `ca_cert` named `*.pem`) are re-included whatever either
+says, and the config file plus `.gpulaunch/` are always left out (launch.env may hold secrets).
 
 In a git checkout the context is what the project would publish: a file git ignores (and is not
 tracked) never enters it, on top of .dockerignore (`scan`'s `published`, from
@@ -207,8 +206,7 @@ INPUTS_DIR = "inputs"
 
 
 def context_path(rel: str, inputs: Iterable[str]) -> str:
-    """Where the project path `rel` lies in the context sent: below INPUTS_DIR when it is (or
-    is below) one of `inputs`, else below CODE_DIR. The project root is never an input."""
+    """Where project path `rel` lies in the context sent; the project root is never an input."""
     rel = posixpath.normpath(rel)
     inside = any(i != "." and (rel == i or rel.startswith(i + "/")) for i in inputs)
     top = INPUTS_DIR if inside else CODE_DIR
@@ -538,9 +536,8 @@ def _refuse(findings: list[Finding]) -> None:
 
 
 def _scanned(project: Path, entries: Iterable[Entry]) -> Iterator[tuple[str, bytes]]:
-    """Each file entry's name and bytes, but a binary (a NUL in its head), an oversized or an
-    empty file: told from the head and the size alone, so a wheelhouse is not read to be
-    skipped."""
+    """Each file entry's name and bytes, but a binary, an oversized or an empty file: told
+    from the head and the size alone, so a wheelhouse is not read to be skipped."""
     for entry in entries:
         if entry.kind != "file":
             continue
@@ -628,9 +625,8 @@ def _offline_requests() -> Iterator[None]:
     API, which a scan never asks for. While they import and scan, `requests` is a stand-in
     whose calls raise (their verifiers' "cannot verify"): no scan can reach the network, and
     the scan does not pay requests' and urllib3's import (about 60 ms of a source-edit
-    rebuild). A real requests already imported (the docker SDK's) is left as it is; the
-    stand-in is gone from sys.modules afterwards, so a later `import requests` gets the real
-    one."""
+    rebuild). A real requests already imported (the docker SDK's) is left as it is, and a
+    later `import requests` gets the real one."""
     import sys
     import types
 

@@ -54,18 +54,16 @@ PODMAN_OWN_LIMITS = frozenset({"nofile"})
 
 
 def engine_address(env: Mapping[str, str]) -> str:
-    """The engine's address as this seam connects to it: DOCKER_HOST, else the endpoint of
-    the active docker context, else the default socket (`api.address.resolve`: docker's
-    rules). EngineError when that context cannot be read, ConfigError when docker would not
-    take the address. Everything that asks "is the engine on this machine?" asks here."""
+    """The URL `resolve_address` gives; EngineError when the docker context cannot be read,
+    ConfigError when docker would not take the address. Everything that asks "is the engine
+    on this machine?" asks here."""
     return resolve_address(env).url
 
 
 def resolve_address(env: Mapping[str, str]) -> Address:
-    """`api.address.resolve` (docker's rules), and one step more where they end at docker's
-    default socket and this user cannot reach an engine there (no socket, or not theirs to
-    open): the user's own rootless Podman socket, `$XDG_RUNTIME_DIR/podman/podman.sock`,
-    when it exists. A DOCKER_HOST or a docker context always wins."""
+    """`api.address.resolve` (docker's rules), except where they end at docker's default
+    socket and this user cannot open an engine there: then the user's own rootless Podman
+    socket (`podman.rootless_socket`). A DOCKER_HOST or a docker context always wins."""
     from gpulaunch.engine.api.address import parse, resolve
     from gpulaunch.engine.podman import rootless_socket
 
@@ -137,9 +135,8 @@ class Engine:
         return self._client
 
     def api(self) -> Transport:
-        """The engine's HTTP API, pinged on first use with a short limit: a local unix socket
-        through the stdlib client, every other engine (tcp:// with or without TLS, ssh://,
-        npipe://) through the docker SDK's session with the address's TLS."""
+        """The engine's HTTP API, pinged on first use with PING_TIMEOUT_S; only a local unix
+        socket gets the stdlib client, every other engine the SDK's session and its TLS."""
         if self._api is None:
             from gpulaunch.engine.api.http import HttpTransport
 
@@ -161,8 +158,7 @@ class Engine:
         query: dict[str, Any] | None = None,
         caught: type[EngineError] | None = None,
     ) -> Any:
-        """GET `path` through the stdlib client; an error answer (`caught`: any EngineError)
-        is EngineError "WHAT: the engine's message"."""
+        """GET `path`, an error answer worded by `_worded`."""
         with _worded(what, caught):
             return self.api().call("GET", path, query)
 
@@ -345,11 +341,8 @@ class Engine:
     def build(
         self, req: BuildRequest, on_line: Callable[[str], None], builder: Builder | None = None
     ) -> None:
-        """Build an image, reporting each output line; BuildError on failure.
-
-        builder "classic" forces the SDK's legacy builder even where BuildKit is available.
-        On Podman, whose API has no BuildKit session, `podman build` (Buildah) builds.
-        """
+        """Build an image, reporting each output line; BuildError on failure. On Podman,
+        whose API has no BuildKit session, `podman build` (Buildah) builds."""
         if builder != "classic" and self.kind().podman:
             podman = self.podman_cli()
             if podman is None:
@@ -376,8 +369,7 @@ class Engine:
         the hashed entries (`context.mirror`), in `.gpulaunch/`: the CLI's own .dockerignore
         handling never sees the project, and nothing else is sent.
 
-        The folder is the same path every build, kept between builds (`build-context`, under
-        a lock; a concurrent build of the project takes a fresh one): BuildKit keys its
+        The folder is the same path every build (`_context_folder`): BuildKit keys its
         incremental transfer by the context's path, so an unchanged wheelhouse is not sent
         again after a source edit, and its links are not made again."""
         import tempfile
@@ -481,9 +473,8 @@ class Engine:
     # Listed through the stdlib client: `build` lists images after every new image (prune's
     # notice), and the SDK's import would cost it more than the answer.
     def managed_images(self) -> list[dict[str, Any]]:
-        """Every image the engine lists with gpulaunch's managed label (`MANAGED_LABEL=true`),
-        one dict each: id, tags, created (seconds), size (bytes, shared layers included),
-        labels. Which of them a project owns is `image.prune.owned`'s rule, not this list's."""
+        """Images labelled `MANAGED_LABEL=true`: id, tags, created (seconds), size (bytes,
+        shared layers included), labels. Which a project owns is `image.prune.owned`'s rule."""
         from gpulaunch.engine.api.containers import repo_tags
 
         label = json.dumps({"label": [f"{MANAGED_LABEL}=true"]})
@@ -540,11 +531,8 @@ class Engine:
     def create_container(
         self, body: dict[str, Any], before_start: Callable[[Any], None] | None = None
     ) -> Any:
-        """Create and start a container from `runspec.create_body` (its "name" is the query).
-
-        `before_start(container)` runs between create and start (to attach its output).
-        A container that was created but failed to start is removed before raising.
-        """
+        """Create and start a container from `runspec.create_body`; `before_start` runs
+        between the two (to attach its output). One created but not started is removed."""
         from gpulaunch.engine.api.containers import Container, create, refusal
         from gpulaunch.engine.api.http import ApiError
 
@@ -593,10 +581,9 @@ class Engine:
         return cdi_devices()
 
     def _podman_limits_refused(self, refused: EngineError, body: Mapping[str, Any]) -> bool:
-        """Podman refused a limit the body never asked for: one it adds itself (nofile, nproc)
-        to any container given ulimits, above what its own process may grant. Then the job
-        runs with no ulimits sent (the service's own limits), remembered for this engine as
-        "nofile" so the next run creates once. Already without them: False (no loop)."""
+        """Podman refused a limit the body never asked for (one it adds itself, see
+        `podman.libpod_spec`): the job then runs with no ulimits sent, remembered for this
+        engine as "nofile" so the next run creates once. Already without them: False (no loop)."""
         from gpulaunch.errors import RlimitRefused
 
         if not isinstance(refused, RlimitRefused) or self._podman_no_rlimits:
@@ -652,7 +639,7 @@ class Engine:
         labels = container.labels or {}
         run_id = labels.get(RUN_ID_LABEL)
         if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
-            return None  # not a run id `run` makes: someone else's label (or an old forgery)
+            return None
         image = container.image  # gone: nothing was inherited
         inherited = {} if image is None else image.labels
         return None if inherited.get(RUN_ID_LABEL) == run_id else run_id

@@ -52,12 +52,9 @@ def from_transport(err: BaseException) -> bool:
 def stalls_raise(api: Any, host: str) -> None:
     """Make every request of the SDK's session (a `docker.APIClient`, untyped) that the
     transport fails (a read timeout, a dropped connection) an EngineError naming the engine,
-    instead of urllib3's pool text.
-
-    The SDK sends each call through `Session.request`; wrapping it on this one session
-    covers every call, including those made inside the SDK's models. Only the transport's
-    own errors are turned (requests', and urllib3's, which requests lets through from a
-    streamed body); anything else is raised as it is."""
+    instead of urllib3's pool text. Wrapping `Session.request` covers every call, those inside
+    the SDK's models too; urllib3's errors count because requests lets them through from a
+    streamed body."""
     import requests  # the SDK is loaded, and with it requests and urllib3: free here
     import urllib3.exceptions
 

@@ -1,8 +1,8 @@
 """One way to open NVML (nvidia-ml-py) and one listing of the host's GPUs (`listing`),
 shared by topology, profiles, host checks, doctor and run records.
 
-The one policy: a session lends the bindings behind a guard, so every NVML failure a caller
-can meet is NvmlError (a driver refusing a query, or bindings too old for the function)."""
+The one policy: a session lends the bindings behind a guard (`Nvml`), so every NVML failure
+a caller can meet is NvmlError."""
 
 from __future__ import annotations
 

@@ -111,9 +111,8 @@ def find_cli(env: Mapping[str, str], url: str) -> PodmanCli | None:
 
 
 # -- which engine an address had, for --dry-run (which asks no daemon) --------------------------
-# Real commands remember what the engine at an address said it is (`Engine.kind`); a dry run
-# reads it back to print the line that engine runs. Missing, stale (a day), corrupt or planted
-# entries only mean "not known": the dry run then shows Docker's line and says it did not ask.
+# Real commands remember what the engine at an address said it is (`Engine.kind`) for a dry
+# run to print its line; where not known (`daycache`), it prints Docker's and says it did not ask.
 KINDS_FILE = "engine-kinds.json"
 
 
@@ -205,9 +204,8 @@ def check_cdi(wanted: list[str], dirs: Iterable[str] = CDI_DIRS) -> None:
 def libpod_spec(
     body: Mapping[str, Any], name: str, rlimits: bool = True, keep_id: bool = False
 ) -> dict[str, Any]:
-    """`runspec.create_body`'s container for Podman's own create endpoint: the same image,
-    command, user, mounts, limits, labels and stop rules, with each GPU request as CDI devices
-    (Docker's body spells them as DeviceRequests, which Podman's compatible API ignores).
+    """`runspec.create_body`'s container for Podman's own create endpoint, each GPU request
+    as CDI devices (the module docstring says why).
 
     `rlimits` False sends no ulimits at all: given any, Podman adds its own nofile and nproc
     maximums, which an engine whose limits are lower (a sandbox) refuses; with none, the

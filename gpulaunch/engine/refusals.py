@@ -2,10 +2,8 @@
 engine inside an unprivileged sandbox refuses memlock=-1 at container start).
 
 Without this every run creates the container, has its start refused, removes it and creates
-it again: two round trips of create and start for nothing. The answer is kept in the user
-cache dir keyed by the engine's identity (its ID, version and kernel from /info) and for a
-day at most, so a reconfigured engine is asked again; a cache file that is missing, corrupt
-or planted only means asking again (read through fsio.read_cache, checked field by field)."""
+it again: two round trips of create and start for nothing. Kept in `daycache` by the engine's
+identity (`Engine.identity`), so a reconfigured engine is asked again within a day."""
 
 from __future__ import annotations
 

@@ -19,9 +19,7 @@ Detach keys: with a terminal, the engine watches stdin for a detach sequence (Ct
 unless the attach names another; it cannot be turned off) and on it drops the attach while
 the job runs on. gpulaunch names a sequence nobody types (DETACH_KEYS), so Ctrl-P and Ctrl-Q
 reach the job as typed; should the attach still end while the job runs, the job is stopped
-as by Ctrl-C, with one line saying why, instead of waiting blind on a raw terminal. A
-terminal with stdin that is not one (`--tty` with piped input) is refused, as `docker run
--it` refuses it: the job would never read end-of-file.
+as by Ctrl-C, with one line saying why, instead of waiting blind on a raw terminal.
 
 torchrun: when one of its ranks fails, torchrun exits 1 whatever the rank's code was, after
 a summary of its own (ChildFailedError, the "Root Cause (first observed failure)" block).
@@ -233,9 +231,8 @@ def start(
 ) -> Container:
     """Create and start the container; drop a ulimit the engine may not raise, with a warning.
 
-    With `attached`, its "stdout" and "stderr" are attached between create and start, so no
-    byte the job writes is missed or goes through the engine's log driver; an interactive
-    plan (stdin or a terminal) gets one "socket" for stdin, stdout and stderr instead.
+    With `attached`, the output is attached between create and start, so no byte the job
+    writes is missed: "stdout" and "stderr", or for an interactive plan one "socket".
 
     NGC recommends memlock=-1 (needed for RDMA/GPUDirect); an engine inside an unprivileged
     sandbox refuses it. Running with the engine's default beats not running at all, but the
@@ -250,8 +247,7 @@ def start(
         if plan.stdin or plan.tty:
             attached["socket"] = _attach_socket(container, plan.stdin)
             return
-        # the raw bytes of each stream, attached before start as `docker run` does; not the
-        # logs: the json-file driver stores lines as JSON text, non-UTF-8 bytes as U+FFFD
+        # not the logs: the json-file driver stores lines as JSON text, non-UTF-8 bytes as U+FFFD
         for stream in ("stdout", "stderr"):
             out = stream == "stdout"
             attached[stream] = container.attach(stdout=out, stderr=not out, stream=True, logs=False)
@@ -292,10 +288,8 @@ def supervise(
 
     The job's stdout goes to `out` and its stderr to `err`, kept apart as `docker run` keeps
     them (so `gpulaunch run ... > result.txt` holds only what the job printed to stdout).
-    `stop`, when set by the caller (a smoke run's timeout), stops the job as a first signal
-    would (SIGTERM, SIGKILL after the stop timeout) and the job's own exit code is returned.
-    `tail`, when given, keeps the end of the output and the container's end state. Under
-    torchrun, a failed rank's own exit code is returned (`job_exit_code`), not torchrun's 1.
+    `stop` (a smoke run's timeout) stops the job as a first signal would, and the job's own
+    exit code is returned.
     """
     from gpulaunch.engine.api.containers import frames
 
@@ -382,9 +376,8 @@ def _watch(
     lost: threading.Event | None,
     warn: Callable[[str], None],
 ) -> None:
-    """Until the job ends: a first signal (or `stop`) sends SIGTERM and arms SIGKILL after
-    the stop timeout; a second signal sends SIGKILL at once. `lost` (the terminal's attach
-    ended) that the job outlives by DETACH_GRACE_S stops the job as a first signal would."""
+    """The module's signal rules until the job ends (`stop` counts as a first signal); `lost`
+    (the terminal's attach ended) that the job outlives by DETACH_GRACE_S stops it too."""
     graceful_sent = forced = False
     lost_since: float | None = None
     while not finished.is_set():
@@ -420,9 +413,8 @@ def _signal(container: Container, name: str) -> None:
 # -- interactive jobs: stdin and a terminal ------------------------------------------------
 STDIN_FD = 0
 STDOUT_FD = 1
-# The engine's detach sequence for our attach (moby/term's key names): eight control keys no
-# program or person types in this order, so the default Ctrl-P Ctrl-Q reach the job. The
-# engine matches it only on one-byte reads and holds at most the first key (Ctrl-]) until
+# Our attach's detach sequence (moby/term's key names), eight keys nobody types in this order.
+# The engine matches it only on one-byte reads and holds at most the first key (Ctrl-]) until
 # the next byte comes.
 DETACH_KEYS = "ctrl-],ctrl-^,ctrl-@,ctrl-_,ctrl-],ctrl-^,ctrl-@,ctrl-_"
 DETACH_GRACE_S = 2.0  # an attach that ends this long before the job was detached

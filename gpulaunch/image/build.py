@@ -80,9 +80,8 @@ class BuildOutcome:
 class Progress:
     """Tracks the step being built from BuildKit plain output or classic builder output.
 
-    BuildKit names a step `#N [stage  k/T] INSTRUCTION` when it starts (the number padded to
-    the count's width), and names it again when its output resumes after another step's:
-    `fresh` tells a step seen for the first time from one seen again."""
+    BuildKit names a step when it starts and again when its output resumes after another
+    step's: `fresh` tells a step seen for the first time from one seen again."""
 
     step: int = 0
     total: int = 0
@@ -91,7 +90,7 @@ class Progress:
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     failed_step: str = ""
     error: str = ""
-    fresh: bool = False  # the current step was named for the first time by the last line
+    fresh: bool = False
     seen: set[tuple[int, int, str]] = field(default_factory=set)
 
     def feed(self, line: str) -> bool:
@@ -193,9 +192,8 @@ def image_hash(
     ignore: str = "",
     remember: bool = False,
 ) -> str:
-    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine.
-    Big files' content digests come from the user's cache (`content_digests`), and those read
-    now go to it when `remember` (a build)."""
+    """Content address: Dockerfile, build args, the rules, and every entry sent to the engine;
+    big files' digests read now go to the user's cache (`content_digests`) when `remember`."""
     digest = hashlib.sha256()
     digest.update(f"gpulaunch-build:4:{__version__}\n".encode())
     digest.update(f"{len(dockerfile)}:".encode() + dockerfile.encode())
@@ -261,11 +259,10 @@ def prepare_build(
     remember: bool = False,
     planned: Hit | None = None,
 ) -> PreparedBuild:
-    """Render, list the context, scan it for secret shapes, hash; asks no daemon and, unless
-    `remember` (a build: the templates jinja2 compiled and the big files' content digests go to
-    the user cache), writes nothing
-    (--dry-run uses it as it is). The build adds detect-secrets (`scan_context`). `planned`:
-    the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
+    """Render, list the context, scan it for secret shapes, hash. Asks no daemon and writes
+    nothing unless `remember` (a build: compiled templates and big files' digests go to the user
+    cache), so --dry-run uses it as it is; the build adds detect-secrets (`scan_context`).
+    `planned`: the tag cache's plan and Dockerfile, which still stand (tagcache.lookup)."""
     from gpulaunch.project.layout import output_folders
 
     plan: ImagePlan | CachedPlan

@@ -462,10 +462,9 @@ def _for_host(
     opts: InitOptions, project: Project, host: HostGpus, rows: list[MatrixRow], today: Choice
 ) -> tuple[MatrixRow, Choice] | None:
     """The newest stable build this machine's driver and GPUs run (compat.host_builds), when
-    nothing chose one: no --torch/--cuda, no CUDA build named by the project, not NGC/CPU.
-    The project's word still binds: a build whose choice warns where today's did not (a torch
-    outside its pin, torchvision pins paired with another torch) or is refused (its Python)
-    is passed over. None: today's default stays."""
+    no flag or project chose one. The project's word still binds: a build whose choice warns
+    where today's did not (a torch outside its pin, torchvision pins paired with another torch)
+    or is refused (its Python) is passed over. None: today's default stays."""
     if opts.torch is not None or opts.cuda is not None or project.variant is not None:
         return None
     if opts.flavor in ("ngc", "cpu"):

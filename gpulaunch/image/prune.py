@@ -88,8 +88,7 @@ class Report:
 
 
 def owned(rows: Iterable[Mapping[str, Any]], project: str | None = None) -> list[Image]:
-    """The images gpulaunch built, of `project` (None: of every project): the managed label,
-    a project label, and at least one `PROJECT:gl-<hash>` tag of that same project."""
+    """The images gpulaunch built, of `project` (None: every project): the module's one rule."""
     found = []
     for row in rows:
         labels = row.get("labels") or {}
@@ -164,8 +163,7 @@ def prune(
     """Remove the images of `project` (None: of every project) that nothing keeps.
 
     `recorded`: image id or tag -> the run record that keeps it (records.history's
-    `recorded_images` of the recent records, or none when the user asks). With `dry_run`
-    the engine is only asked for lists."""
+    `recorded_images` of the recent records, or none when the user asks)."""
     if keep < 0:
         raise ConfigError(f"--keep: {keep} is negative")
     images = owned(engine.managed_images(), project)

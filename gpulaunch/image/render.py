@@ -184,9 +184,7 @@ def plan_image(config: ProjectConfig, project_dir: Path, builder: Builder) -> Im
     resolved = resolve(image_request(config))
     img = config.image
     required: list[str] = []
-    # what only build steps read (wheelhouses, the CA bundle): sent apart from the code, so
-    # the final COPY never holds them (engine.context.context_path)
-    inputs: list[str] = []
+    inputs: list[str] = []  # ImagePlan.inputs
 
     links: list[dict[str, str]] = []
     mounted: dict[str, str] = {}  # wheelhouse (real path) -> where its steps see it
@@ -320,10 +318,9 @@ def _pip_upgrade(
     project_dir: Path,
     needed: bool,
 ) -> tuple[dict[str, str] | None, str]:
-    """The step that upgrades the venv's pip before anything is installed (old pip cannot read
-    the PyTorch index), and a note when it is left out. Air-gapped (`pip.no_index`): from the
-    wheelhouse when it holds a new enough pip, else left out (the index old pip fails on is
-    not used then). The step itself skips the upgrade when the venv's pip is new enough."""
+    """The step that upgrades the venv's pip first (old pip cannot read the PyTorch index), and
+    a note when it is left out. Air-gapped (`pip.no_index`): from the wheelhouse when it holds a
+    new enough pip, else left out. The step itself skips the upgrade when pip is new enough."""
     from gpulaunch.catalog.python_install import pip_floor, wheelhouse_pip
 
     if resolved.flavor == "ngc" or not needed:
@@ -348,9 +345,8 @@ def _pip_upgrade(
 
 
 def _names_pytorch_index(config: ProjectConfig, project_dir: Path, deps: _Dependencies) -> bool:
-    """Whether the requirements step reads the PyTorch index (config or an index line in a
-    copied requirements file): old pip fails only there, so only then is it upgraded. Plain
-    PyPI or a private index works with any pip, and may not serve pip itself."""
+    """Whether the requirements step reads the PyTorch index, the only one old pip fails on:
+    plain PyPI or a private index works with any pip, and may not serve pip itself."""
     pip = config.image.pip
     urls = [pip.index_url or "", *pip.extra_index_urls]
     if any(PYTORCH_INDEX_HOST in url for url in urls):
@@ -409,7 +405,7 @@ def _dependencies(
     if Path(entry).name == "pyproject.toml":
         from gpulaunch.project.pyproject import strict_dependencies
 
-        strict_dependencies(entry_path)  # the strict checks on [project].dependencies
+        strict_dependencies(entry_path)
     try:
         model = read_project(project_dir, entry, archs is not None, image_torch)
     except ConfigError as err:

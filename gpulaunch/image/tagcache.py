@@ -67,9 +67,8 @@ class CachedPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Hit:
-    """`tag` None: code the plan never read changed, so the plan and its Dockerfile stand
-    and only the context is hashed again. `reads`: what the plan read (kept again with the
-    new tag, so the next code edit reuses the plan too)."""
+    """`tag` None: only code the plan never read changed (module docstring). `reads` is kept
+    again with the new tag, so the next code edit reuses the plan too."""
 
     tag: str | None
     dockerfile: str

@@ -80,7 +80,7 @@ def parse(text: str, source: str = "DOCKER_HOST") -> Address:
     address = text.strip()
     scheme, sep, rest = address.partition("://")
     if not sep:
-        scheme, rest = "tcp", address  # docker: no scheme is tcp://
+        scheme, rest = "tcp", address
     if not address or (scheme == "unix" and not rest):
         return Address("unix", "unix://" + DEFAULT_SOCKET)
     if scheme not in SCHEMES or not rest or "://" in rest or _BAD.search(address):

@@ -1,13 +1,10 @@
 """The engine's HTTP API over a local unix socket, through the standard library's http.client
-(a connection whose `connect` opens the unix socket, as docker-py's own transport does). Every
-other engine (tcp://, TLS or not, ssh://) goes through the docker SDK (`sdk.py`) and its TLS.
+(a connection whose `connect` opens the unix socket, as docker-py's own transport does).
 
-Two calls: `call` (one request, its JSON answer) and `stream` (an answer read as it comes:
-logs, and attach, upgraded to the raw connection). Each connection is made for one request
-(a unix socket connects in microseconds) so threads never share one. Failures read as the
-SDK path's did: before the first answer "cannot reach the Docker engine at HOST: ..."; after
-it "the Docker engine at HOST stopped answering: ..."; an error status is an `ApiError`
-carrying the engine's own message.
+Each connection carries one request (a unix socket connects in microseconds), so threads never
+share one. A failure reads as on the SDK path (`failures`: "cannot reach" before the first
+answer, "stopped answering" after it); an error status is an `ApiError` with the engine's
+own message.
 
 A call's limit is a deadline for the whole call (connect, send, every read of the answer's
 head and body), not a wait per read: an engine that drips one byte a second still ends it on
@@ -128,8 +125,7 @@ class Deadline:
 
 class _Socket(socket.socket):
     """A unix socket whose every wait, sending or receiving, gets what is left of its call's
-    deadline: http.client reads the answer through it, and a socket timeout alone is a limit
-    per wait, which an engine that drips a byte at a time never reaches."""
+    deadline (a socket timeout alone is a limit per wait, which a drip never reaches)."""
 
     deadline: Deadline
 
@@ -230,9 +226,8 @@ class HttpTransport:
             raise
 
     def ping(self, timeout: float) -> None:
-        """The first contact, with a short limit: a hung engine must fail fast. /version,
-        as the SDK asks it: an engine whose /_ping answers and whose API hangs is "cannot
-        reach" here too."""
+        """The first contact, with a short limit: /version, as the SDK asks it, so an engine
+        whose /_ping answers and whose API hangs is "cannot reach" here too."""
         try:
             self.version = self.call("GET", "/version", timeout=timeout)
         except ApiError as err:
