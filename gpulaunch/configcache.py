@@ -52,9 +52,8 @@ def find_config(explicit: Path | None, cwd: Path) -> Path:
 
 
 def load(path: Path, overrides: Sequence[str] = (), *, write: bool) -> Model:
-    """config.load_config's answer (same values, same errors) as the one type callers see,
-    a ConfigView tree: read back when these bytes were validated before, else validated now
-    and, when `write`, remembered."""
+    """config.load_config's answer (same values, same errors) as a ConfigView tree; a miss is
+    remembered only when `write`."""
     raw = read_bytes(path)
     where = entry_path(path, overrides)
     try:
@@ -83,9 +82,8 @@ def entry_path(path: Path, overrides: Sequence[str]) -> Path:
 
 
 def cache_key(raw: bytes, path: Path, overrides: Sequence[str]) -> str:
-    """The file's bytes, path and `--set` items, and what validation depends on besides the
-    file: this gpulaunch's code, Python, the libraries that parse and validate, and the
-    host's possible CPUs."""
+    """Every input the validated answer depends on, as the module docstring lists them
+    (tests/test_configcache.py: test_every_input_of_the_key_misses)."""
     import importlib.util
 
     from gpulaunch.cpulist import possible_cpus
@@ -134,7 +132,7 @@ def _write(where: Path, key: str, view: ConfigView, tree: dict[str, Any]) -> Non
     from gpulaunch.records.seal import seal
 
     dump = view.model_dump(mode="json")
-    if mask_data(dump) != dump:  # a secret (launch.env, a URL's credentials) stays in the file
+    if mask_data(dump) != dump:
         return
     try:
         entry = seal({"format": FORMAT, "key": key, "config": tree})

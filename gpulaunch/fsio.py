@@ -279,9 +279,8 @@ def read_back(path: Path, limit: int, dir_fd: int | None = None, *, follow: bool
     """The bytes of a file gpulaunch wrote and now reads back (a record, a cache, a log), or
     of a project file it reads as untrusted input, opened by `open_regular`.
 
-    FileNotFoundError when there is none; ValueError saying why for anything else that is not
-    a regular file of at most `limit` bytes: a link (never followed unless `follow`), a
-    folder, a FIFO or device, or too large.
+    FileNotFoundError when there is none; ValueError saying why for anything `open_regular`
+    refuses or anything over `limit` bytes.
     """
     try:
         fd, _ = open_regular(path, dir_fd=dir_fd, follow=follow)

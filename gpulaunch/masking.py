@@ -36,8 +36,7 @@ _LINE = re.compile(
     re.MULTILINE,
 )
 # NAME: value inside a line (a log line's `[rank0] HF_TOKEN: abc`): a quoted value, or one word
-# that ends the line or a list. A name in a field path (`launch.env.HF_TOKEN:`) and a name
-# followed by prose (`HF_TOKEN: value is empty`) are a message's words, not an assignment.
+# that ends the line or a list; field paths and prose are left whole (module docstring).
 _INLINE = re.compile(
     rf"(?<![.\[\]])(?P<n>{_NAME})(?P<sep>:[ \t]+)"
     r"(?:(?P<q>['\"])[^'\"\n]*|[^\s'\",;)}\]]+(?=[ \t]*(?:$|[,;)}\]])))",

@@ -125,16 +125,15 @@ def _names(value: object) -> bool:
 def _snapshot(
     project: Path, files: Iterable[str], lacks: dict[str, str], folders: Iterable[str]
 ) -> PlanReads | None:
-    """These paths of the project as they are now: each file's digest, each folder's names,
-    and the markers files lack; None when a path cannot be vouched for or a file no longer
-    lacks its marker."""
+    """These paths as they are now; None when a path cannot be vouched for (`_read`) or a file
+    no longer lacks its marker."""
     try:
         digests = {rel: _digest(project / rel) for rel in files}
         for rel, marker in lacks.items():
             data = _read(project / rel)
             if data is None or marker.encode() in data:
                 return None
-    except (ValueError, OSError):  # a path the record cannot vouch for (`_read`)
+    except (ValueError, OSError):
         return None
     return PlanReads(digests, dict(lacks), {rel: _listing(project / rel) for rel in folders})
 

@@ -76,14 +76,13 @@ def _parents(path: str) -> Iterator[str]:
 def published(project: Path) -> Published | None:
     """What git would publish from `project` (one `git ls-files` call), or None outside a git
     work tree, when git cannot answer, or when the checkout ignores the project folder itself
-    (a home folder kept in git with `*` ignored is not the project's repository): then
-    .dockerignore alone decides, as before.
+    (a home folder kept in git with `*` ignored is not the project's repository).
 
     Paths come relative to `project` (git runs there), NUL-separated, so no name is quoted.
     """
     listed = _git(project, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "-s")
     if listed is None or _git(project, "check-ignore", "-q", ".") is not None:
-        return None  # no checkout, or one that ignores this folder: not the project's repo
+        return None
     files: set[str] = set()
     gitlinks: set[str] = set()
     for item in filter(None, listed.split("\0")):

@@ -136,7 +136,6 @@ def nested_requirements(root: Path, project: Project) -> list[str]:
             if is_requirements_name(name) and name.startswith("requirements")
         ]
     lines = []
-    # a name is printed as it is: one with a control character or line separator never is
     for rel in (r for r in found if r not in read and _PLAIN.fullmatch(r)):
         if project.entry_kind == "requirements":
             how = f"add `-r {rel}` to {project.entry}"
@@ -155,8 +154,7 @@ def read_project(
     image_torch: frozenset[str] = frozenset(),
 ) -> Project:
     """The project model of `root`; `entry` (image.requirements) or the first candidate.
-    `gpu`: the image is a CUDA (True) or CPU (False) build, for [gpu]/[cpu] extras.
-    `image_torch`: the torch* the image installs and pins itself (Project.image_torch)."""
+    `gpu` and `image_torch` are Project's fields of those names (model.py says what they do)."""
     project = Project(gpu=gpu, image_torch=image_torch)
     found, installs = candidates(root)
     chosen = entry if entry is not None else (installs[0] if installs else None)

@@ -84,7 +84,7 @@ def _build_requires(path: Path, shown: str) -> tuple[list[str], str]:
             continue
         if dep.name in TORCH_FAMILY:
             torch = torch or f"{shown} [build-system] requires {text}"
-        elif dep.name == "setuptools":  # before 70.1: an editable build needs `wheel` too
+        elif dep.name == "setuptools":
             texts.append(f"setuptools{dep.specifier},>=70.1" if dep.specifier else SETUPTOOLS)
         else:
             texts.append(str(text))

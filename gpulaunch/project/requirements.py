@@ -1,7 +1,6 @@
 """pip requirements files, read the way pip reads them (pip's own line rules), with
 `packaging`'s answer for each requirement: `-r`/`-c` includes relative to the including file,
 index options, `--hash` continuations, direct URLs, local and editable installs, a BOM.
-Plain lines (`name[extras]>=1,<2`, not torch's) take a quick rule equal to packaging's.
 """
 
 from __future__ import annotations
@@ -360,9 +359,8 @@ def read_requirement_texts(
 def read_extra(
     rel: str, extras: dict[Any, Any], project: Project, source: str, what: str
 ) -> str | None:
-    """Install the optional group a CUDA image ([gpu], [cuda]...) or a CPU one ([cpu]) takes
-    (model.pick_extra) from pyproject's optional-dependencies or setup.py's extras_require:
-    its name, or None."""
+    """Install the group model.pick_extra picks for this image from pyproject's
+    optional-dependencies or setup.py's extras_require: its name, or None."""
     picked = pick_extra(sorted(str(k) for k in extras), project.gpu)
     if picked is not None and isinstance(extras[picked], (list, tuple)):
         image = "a CUDA image" if project.gpu else "a CPU image"

@@ -195,11 +195,10 @@ _REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
 def check_pattern(pattern: object) -> re.Pattern[str]:
     """A signature's pattern, compiled, once its worst case is known to be bounded.
 
-    The check reads the parse tree Python's own `re` compiles (`re._parser`, the same parse
-    `re.compile` runs), so it judges exactly what will run. It bounds the number of ways the
-    pattern can match from one position (a sequence multiplies, an alternation adds, a repeat
-    of a fixed-width item counts its lengths, an unbounded one up to MAX_LINE), which bounds
-    the backtracking on any line. ValueError names what is refused; re.error a bad pattern."""
+    It counts ways on the parse tree `re.compile` itself runs (`re._parser`), so it judges
+    exactly what will run: a sequence multiplies, an alternation adds, a repeat of a
+    fixed-width item counts its lengths, an unbounded one up to MAX_LINE. ValueError names
+    what is refused; re.error a bad pattern."""
     import importlib
 
     if not isinstance(pattern, str):
@@ -254,8 +253,8 @@ def _lines(text: str) -> list[str]:
 def explain(evidence: Evidence) -> Explanation | None:
     """The first signature that matches (data file order), filled in; None when none does.
 
-    Under torchrun, only the failed rank's own lines are read, and its exit code stands for
-    torchrun's 1 (a log file's evidence has no code of its own)."""
+    Under torchrun the failed rank's exit code stands for torchrun's 1 (a log file's evidence
+    has no code of its own)."""
     lines = _lines(evidence.text)
     failure: RankFailure | None = None
     if _ROOT_CAUSE in evidence.text:  # torchrun's summary (the supervisor reads it too)
@@ -466,11 +465,9 @@ TAIL_BYTES = 64 * 1024
 
 
 def _read_log(path: Path, target: str, *, follow: bool = True) -> str:
-    """The log's last TAIL_BYTES, as text (a log can be far larger than memory).
-
-    Opened without blocking and judged by the open descriptor, not the name: a FIFO, a device,
-    a folder (or, with `follow=False`, a symbolic link) is a ConfigError instead of a read
-    that never ends, and nothing can be swapped in between a check and the read."""
+    """The log's last TAIL_BYTES, as text (a log can be far larger than memory); opened by
+    `open_regular`, so a FIFO, a device, a folder (or, with `follow=False`, a symbolic link)
+    is a ConfigError instead of a read that never ends."""
     from gpulaunch.fsio import NotRegular, open_regular
 
     shown = f"RUN_ID|LOGFILE: {target}"

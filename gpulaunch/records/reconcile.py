@@ -44,8 +44,8 @@ def _launcher_alive(record: RunRecord) -> bool:
         return False
     except PermissionError:
         return True
-    # a recycled pid started later: not our launcher. Every record read carries the start
-    # (it came before the seal); None where /proc cannot tell, and then neither could more
+    # a recycled pid started later is not our launcher (every sealed record has the start);
+    # None where /proc cannot tell, and then nothing else could
     now = process_start(pid)
     return launcher.started is None or now is None or now == launcher.started
 

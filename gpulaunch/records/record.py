@@ -234,7 +234,7 @@ class RunRecorder:
         try:
             self.record = new_record(job, self.kind, price, dict(os.environ))
             self.record.rerun_of = self.rerun_of
-        except (GpulaunchError, OSError) as err:  # a record is never a reason for a job to fail
+        except (GpulaunchError, OSError) as err:
             self.warn(f"warning: run record not written: {err}")
             return
         self._unwritten = not save(job.spec.project, self.record, self.warn)
@@ -268,5 +268,5 @@ class RunRecorder:
         if explanation is not None:  # data-file text and a masked line: no raw output
             record.explanation = explanation.to_json()
         complete(record, job.code, utc_now())
-        quiet = self._unwritten  # the warning was given at the start
+        quiet = self._unwritten
         save(job.spec.project, record, (lambda _m: None) if quiet else self.warn)

@@ -35,10 +35,8 @@ _KEY_BYTES = 32
 
 
 def _read_key(path: Path) -> bytes | None:
-    """The key's 32 bytes; None when there is no key yet. ConfigError when the name holds
-    anything but a key only this user can read: a link, a FIFO or folder, another owner,
-    group or other permission bits, or the wrong length (a key an attacker planted or
-    could read is no key at all)."""
+    """The key's 32 bytes; None when there is no key yet. ConfigError for anything but a key
+    only this user can read (a key an attacker planted or could read is no key at all)."""
     try:
         fd, info = open_regular(path)
     except FileNotFoundError:

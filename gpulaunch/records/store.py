@@ -124,7 +124,7 @@ class Launcher(_Json):
 
     pid: int | None = None
     host: str | None = None
-    started: int | None = None  # clock ticks since boot (process_start); older records: none
+    started: int | None = None  # clock ticks since boot (process_start); None: unknown
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -255,7 +255,7 @@ def load_one(path: Path) -> RunRecord:
             raise ValueError(f"not a run record ({key} is not a JSON object)")
     from gpulaunch.records.seal import check
 
-    check(data)  # a record is data gpulaunch wrote, never one a job or an edit made
+    check(data)
     return RunRecord.from_json(data)
 
 
