@@ -36,7 +36,7 @@ READ_LIMIT = 16 << 20  # a plan that read a bigger file is not kept
 STATE_DIR = ".gpulaunch"  # never read by a plan, created by the first build
 
 
-@dataclass
+@dataclass(eq=False)  # one recording is one object: _active removes this one, not an equal one
 class Recording:
     """What `recording` yields: the paths below the project that code opened or listed while
     it was active; `reads()` once the plan is made."""

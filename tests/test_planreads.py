@@ -123,3 +123,14 @@ def test_a_file_it_cannot_vouch_for_leaves_no_record(
     assert reads is not None and reads.still_true(project)
     monkeypatch.setattr(planreads, "READ_LIMIT", 4)
     assert not reads.still_true(project)  # now over the limit: not vouched for
+
+
+def test_nested_recordings_of_one_project_each_record_and_end(project: Path) -> None:
+    """Two recordings of the same project at once are two recorders: the inner one ending
+    removes itself, not the outer one (which goes on recording), and both end cleanly."""
+    with recording(project) as outer:
+        with recording(project) as inner:
+            (project / "train.py").read_text()
+        (project / "requirements.txt").read_text()
+    assert sorted(inner.reads().files) == ["train.py"]
+    assert sorted(outer.reads().files) == ["requirements.txt", "train.py"]

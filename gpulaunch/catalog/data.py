@@ -350,22 +350,25 @@ def _variant(node: _Node) -> Variant:
     for arch in archs:
         if not CC_RE.match(arch.removesuffix("+PTX")):
             raise _bad(f"{node.path}.archs", f"bad arch {arch!r}")
-    return Variant(
+    return Variant(  # in the schema's order: of several bad fields, the first is named
         archs=archs,
+        **node.read(variant="t", cuda="v", status="t"),
         cudnn=node.opt_text("cudnn", version=True) or "",  # unknown for an unverified build
-        **node.read(variant="t", cuda="v", status="t", note="t?", **_SOURCED),
+        **node.read(**_SOURCED, note="t?"),
     )
 
 
 def _release(node: _Node) -> TorchRelease:
     py = node.node("python")
-    release = TorchRelease(
-        **node.read(minor="v", pypi_default="v", glibc="v", **_SOURCED),
+    release = TorchRelease(  # in the schema's order: of several bad fields, the first is named
+        **node.read(minor="v"),
         python_min=py.text("min", version=True),
         python_max=py.text("max", version=True),
         python_experimental=py.texts("experimental", version=True, required=False),
+        **node.read(pypi_default="v", glibc="v"),
         patches=_each(node.nodes("patches"), _patch),
         variants=_each(node.nodes("variants"), _variant),
+        **node.read(**_SOURCED),
         builds=node.opt_text("builds") or "complete",
     )
     py.done()

@@ -516,11 +516,12 @@ class Engine:
         refusal}; other engine errors are EngineError."""
         from docker.errors import APIError, DockerException, NotFound
 
-        try:  # the transport's own failures are EngineError already (`stalls_raise`)
+        try:  # the transport's failures are EngineError already (`stalls_raise`); an answer
+            # that is not JSON is requests' JSONDecodeError, a ValueError, after it
             answer = self.client().api.remove_image(ref, force=False, noprune=False)
         except NotFound:
             return {"outcome": "gone", "reason": ""}
-        except DockerException as err:
+        except (DockerException, ValueError) as err:
             if isinstance(err, APIError) and err.status_code == 409:
                 return {"outcome": "refused", "reason": short_text(err)}
             raise EngineError(f"cannot remove image {ref}: {short_text(err)}") from None

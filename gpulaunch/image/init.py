@@ -283,6 +283,7 @@ def _add_missing(
     path = root / OWNED_REQUIREMENTS
     try:
         before: bytes | None = read_back(path, MAX_OWNED_BYTES)
+        mode = os.lstat(path).st_mode & 0o7777  # put back as it was, 0600 included
     except FileNotFoundError:
         before = None
     except ValueError as err:
@@ -294,7 +295,7 @@ def _add_missing(
         yield path
     except BaseException:
         if before is not None:
-            write_file(path, before, root=root, force=True)
+            write_file(path, before, root=root, force=True, mode=mode)
         else:
             with contextlib.suppress(OSError):
                 os.unlink(path)

@@ -427,3 +427,20 @@ def test_init_undoes_the_owned_file_when_init_then_refuses(runner: CliRunner, in
     assert code == 2, err
     assert err.splitlines()[-1].startswith("gpulaunch: error: --name: ")
     assert snapshot(in_tmp) == before
+
+
+def test_init_puts_back_a_users_owned_file_as_it_was_when_init_then_refuses(
+    runner: CliRunner, in_tmp: Path
+) -> None:
+    """--force rewrites requirements-gpulaunch.txt; a refusal after that puts the user's own
+    file back: its bytes and its mode (0600 stays 0600)."""
+    tree(in_tmp, {"train.py": "import einops\nif __name__ == '__main__':\n    pass\n"})
+    owned = in_tmp / "requirements-gpulaunch.txt"
+    owned.write_text("# mine\nnumpy\n")
+    owned.chmod(0o600)
+    code, _, err = invoke(
+        runner, "init", "--yes", "--cuda", "cpu", "--add-missing", "--force", "--name", "Bad!"
+    )
+    assert code == 2, err
+    assert owned.read_text() == "# mine\nnumpy\n"
+    assert owned.stat().st_mode & 0o777 == 0o600
