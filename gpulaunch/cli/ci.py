@@ -108,8 +108,9 @@ def smoke(
     )
     from gpulaunch.ci.smoke import SmokeOptions, log_file, prepare, run_smoke
     from gpulaunch.fsio import open_stream
-    from gpulaunch.jobs.execute import JobIO, JobSpec, standard_observers
+    from gpulaunch.jobs.execute import JobIO, JobSpec
     from gpulaunch.jobs.options import check_flag_lines, check_options, options_from_flags
+    from gpulaunch.records.record import RunRecorder
 
     rest, command = job_words(ctx, script, args)
     # --gpus as typed (`auto` included): prepare() resolves it
@@ -136,8 +137,8 @@ def smoke(
     jobio = JobIO(out, sys.stderr.buffer, echo_err, build_with_progress)
     log_path = log_file(project, job.plan.run.run_id)
     with open_stream(log_path, root=project) as log:
-        observers = standard_observers(spec, echo_err, kind="smoke")  # smoke runs get records too
-        result = run_smoke(job, smoke_opts, make_engine(), jobio, log, log_path, observers)
+        recorder = RunRecorder(echo_err, kind="smoke")  # smoke runs get records too
+        result = run_smoke(job, smoke_opts, make_engine(), jobio, log, log_path, [recorder])
     if junit_to is not None:
         write_junit(result, *junit_to)
     if summary_to is not None:

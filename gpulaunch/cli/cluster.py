@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from gpulaunch.cli.app import ConfigOpt, EnvOpt, NcclOpt, PrecisionOpt, ProfileOpt, app
-from gpulaunch.cli.common import echo_err, load_project, print_warnings
+from gpulaunch.cli.common import load_project, output_target, print_warnings, write_output
 
 export_app = typer.Typer(
     help="Write the job for another engine: Kubernetes manifests or a Slurm batch script.",
@@ -45,22 +45,6 @@ PartitionOpt = Annotated[str | None, typer.Option(help="#SBATCH --partition.")]
 AccountOpt = Annotated[str | None, typer.Option(help="#SBATCH --account.")]
 TimeOpt = Annotated[str | None, typer.Option(help="#SBATCH --time (e.g. 24:00:00).")]
 CpusOpt = Annotated[int | None, typer.Option(help="#SBATCH --cpus-per-task.")]
-_K8S_KEYS = ("kind", "namespace")  # where the job goes: each engine's own options
-_SLURM_KEYS = ("container", "partition", "account", "time", "cpus")
-
-
-def _write(text: str, output: str, force: bool, project: Path) -> None:
-    """-o as `render -o` takes it: judged by where the path really lands, a link inside the
-    project refused (ci/report.resolve_output)."""
-    from gpulaunch.ci.report import resolve_output
-    from gpulaunch.fsio import is_stdout, write_file
-
-    if is_stdout(output):
-        typer.echo(text, nl=False)
-        return
-    target = resolve_output(Path(output), project, "--output")
-    write_file(target.path, text, force=force, root=target.root)
-    echo_err(f"wrote {output}")
 
 
 def _export(given: dict[str, Any], to: str) -> Any:
@@ -73,20 +57,22 @@ def _export(given: dict[str, Any], to: str) -> Any:
     from gpulaunch.export.spec import ExportOptions
     from gpulaunch.jobs.options import check_flag_lines
 
-    target = {key: given[key] for key in (_K8S_KEYS if to == "k8s" else _SLURM_KEYS)}
+    def picked(cls: Any) -> dict[str, Any]:  # the dataclass's fields that are parameters
+        return {f.name: given[f.name] for f in fields(cls) if f.name in given}
+
     if to == "slurm":
-        check_flag_lines({"--container": target["container"], "--time": target["time"]})
+        check_flag_lines({"--container": given["container"], "--time": given["time"]})
     config = given["config"]
     cfg, project = load_project(config, write_cache=not given.get("dry_run"))
     check_flag_lines({f"--{k}": given[k] for k in ("gpus", "name", "image", "profile", "nccl")})
-    job = {f.name: given[f.name] for f in fields(ExportOptions) if f.name in given}
     lists = {"args": list(given["args"] or []), "env": list(given["env"] or [])}
-    opts = ExportOptions(**job | lists)
+    opts = ExportOptions(**picked(ExportOptions) | lists)
     if to == "k8s":
-        kind, namespace = target["kind"], target["namespace"]
+        kind, namespace = given["kind"], given["namespace"]
         result = export_k8s(cfg, project, Path.cwd(), opts, kind, namespace, config)
     else:
-        result = export_slurm(cfg, project, Path.cwd(), opts, SlurmOptions(**target), config)
+        slurm = SlurmOptions(**picked(SlurmOptions))
+        result = export_slurm(cfg, project, Path.cwd(), opts, slurm, config)
     print_warnings(result.warnings)
     return result, project
 
@@ -113,7 +99,7 @@ def export_k8s_cmd(
 ) -> None:
     """Kubernetes manifests: Indexed Job + headless Service (default), JobSet or PyTorchJob."""
     result, project = _export(locals(), "k8s")
-    _write(result.text, output, force, project)
+    write_output(result.text, output, output_target(output, project), force)
 
 
 @export_app.command("slurm")
@@ -140,7 +126,7 @@ def export_slurm_cmd(
 ) -> None:
     """An sbatch script: one torchrun per node via srun, c10d rendezvous at the first node."""
     result, project = _export(locals(), "slurm")
-    _write(result.text, output, force, project)
+    write_output(result.text, output, output_target(output, project), force)
 
 
 @submit_app.command("k8s")

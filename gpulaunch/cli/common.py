@@ -117,6 +117,26 @@ def load_project(
     return load(path, sets or (), write=write_cache), path.resolve().parent
 
 
+def output_target(output: str, project: Path) -> Any:
+    """Where `-o` (render, export) writes: None for stdout; else judged by where the path
+    really lands, a link inside the project refused (ci/report.resolve_output)."""
+    from gpulaunch.ci.report import resolve_output
+    from gpulaunch.fsio import is_stdout
+
+    return None if is_stdout(output) else resolve_output(Path(output), project, "--output")
+
+
+def write_output(text: str, output: str, target: Any, force: bool) -> None:
+    """`text` on stdout (`target` None) or in the file output_target found for `output`."""
+    from gpulaunch.fsio import write_file
+
+    if target is None:
+        typer.echo(text, nl=False)
+        return
+    write_file(target.path, text, force=force, root=target.root)
+    echo_err(f"wrote {output}")
+
+
 def make_engine() -> Any:
     from gpulaunch.engine.docker_api import Engine
 

@@ -19,6 +19,7 @@ import typer
 from gpulaunch.cli.app import ConfigOpt, NetworkOpt, SetOpt, app
 from gpulaunch.cli.common import echo_err, load_project, make_engine, print_warnings
 from gpulaunch.errors import ConfigError
+from gpulaunch.jobs.options import check_choice
 
 # the init prompts: (choice, question, the answer that leaves it to detection)
 _QUESTIONS = (
@@ -112,32 +113,25 @@ def render(
     sets: SetOpt = None,
 ) -> None:
     """Print the Dockerfile for gpulaunch.yaml."""
-    from gpulaunch.ci.report import resolve_output
+    from gpulaunch.cli.common import output_target, write_output
     from gpulaunch.engine.cliprobe import remember_probes
-    from gpulaunch.fsio import is_stdout, write_file
     from gpulaunch.image.render import plan_image, render_dockerfile
 
     kind = builder_choice(builder)
     cfg, project = load_project(config, sets)
-    # judged by where it resolves: inside the project the writer walks from it, no link followed
-    target = None if is_stdout(output) else resolve_output(Path(output), project, "--output")
+    target = output_target(output, project)  # before any work: a refused -o writes nothing
     plan = plan_image(cfg, project, kind)  # type: ignore[arg-type]
     text = render_dockerfile(plan, remember=True)  # not a dry run: jinja2 keeps its code
     print_warnings(plan.resolved.warnings)
     warn_if_stale()
     remember_probes()  # no dry run: the next render, build or dry run skips the CLI probe
-    if target is None:
-        typer.echo(text, nl=False)
-    else:
-        write_file(target.path, text, force=force, root=target.root)
-        echo_err(f"wrote {output}")
+    write_output(text, output, target, force)
 
 
 def builder_choice(builder: str | None) -> str:
     """--builder, else the builder `build` will use: decided from the docker client binary
     alone, so render, dry runs and the real build agree whether or not a daemon answers."""
-    if builder not in (None, "buildkit", "classic"):
-        raise ConfigError(f"--builder: {builder!r} is not buildkit or classic")
+    check_choice("--builder", builder, ("buildkit", "classic"))
     return builder if builder is not None else str(make_engine().builder_kind())
 
 
@@ -177,16 +171,11 @@ ProgressOpt = Annotated[
         "plain (one line per step as the builder starts it), quiet (none).",
     ),
 ]
-
-
-def check_progress(progress: str) -> str:
-    if progress not in ("auto", "plain", "quiet"):
-        raise ConfigError(f"--progress: {progress!r} is not auto, plain or quiet")
-    return progress
+PROGRESS = ("auto", "plain", "quiet")
 
 
 def build_with_progress(
-    cfg: Any, project: Path, opts: Any, engine: Any = None, progress: str = "auto"
+    cfg: Any, project: Path, opts: Any, engine: Any, progress: str = "auto"
 ) -> Any:
     """Run a build and show its steps on stderr: on a terminal (`auto`) a live line with the
     step's number and name, elsewhere (`plain`, or `auto` on a pipe or in CI) one line per
@@ -200,8 +189,7 @@ def build_with_progress(
     from gpulaunch.errors import BuildError
     from gpulaunch.image.build import run_build
 
-    engine = engine or make_engine()
-    mode = check_progress(progress)
+    mode = progress  # checked by the command (PROGRESS)
     if mode == "auto":
         mode = "live" if sys.stderr.isatty() else "plain"
     live: Any = None
@@ -284,12 +272,11 @@ def build(
 ) -> None:
     """Build the image (tagged NAME:gl-<hash>); skipped when that tag already exists."""
     from gpulaunch.image.build import BuildOptions, dry_run_argv, dry_run_text, prepare_build
-    from gpulaunch.jobs.options import check_network
+    from gpulaunch.jobs.options import NETWORKS
 
-    check_network(network)
-    check_progress(progress)
-    if import_check not in ("warn", "fail", "off"):
-        raise ConfigError(f"--import-check: {import_check!r} is not warn, fail or off")
+    check_choice("--network", network, NETWORKS)
+    check_choice("--progress", progress, PROGRESS)
+    check_choice("--import-check", import_check, ("warn", "fail", "off"))
     ref = None
     if push is not None:
         from gpulaunch.export.images import push_target

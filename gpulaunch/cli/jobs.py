@@ -44,7 +44,7 @@ from gpulaunch.cli.common import (
     run_line,
     status_line,
 )
-from gpulaunch.cli.image import ProgressOpt, build_with_progress, builder_choice, check_progress
+from gpulaunch.cli.image import PROGRESS, ProgressOpt, build_with_progress, builder_choice
 from gpulaunch.errors import ConfigError
 
 
@@ -132,6 +132,7 @@ def run(
     """
     from gpulaunch.jobs.execute import JobSpec
     from gpulaunch.jobs.options import (
+        check_choice,
         check_flag_lines,
         check_options,
         check_price,
@@ -139,7 +140,7 @@ def run(
     )
 
     check_flag_lines({"--price": price})
-    check_progress(progress)
+    check_choice("--progress", progress, PROGRESS)
     if detach and (interactive or tty):
         flag = "--interactive" if interactive else "--tty"
         raise ConfigError(f"{flag}: not available with --detach")
@@ -167,7 +168,8 @@ def _launch(
     """Plan, then the one start sequence (jobs.execute.start_job); exit with the job's code
     (`--detach`: print the container's name). `record=False`: a shell is not a run."""
     from gpulaunch.engine.supervise import choose
-    from gpulaunch.jobs.execute import JobIO, Start, plan_job, standard_observers, start_job
+    from gpulaunch.jobs.execute import JobIO, Start, plan_job, start_job
+    from gpulaunch.records.record import RunRecorder
 
     detach, host = spec.opts.detach, spec.opts.no_container
     job = plan_job(spec)  # before any build
@@ -179,7 +181,7 @@ def _launch(
     # host jobs and jobs with a terminal own the terminal: no status line
     status = status_line(io, no_status or detach or host or job.plan.run.tty)
     on_sample = status and status.show
-    observers = standard_observers(spec, echo_err, on_sample=on_sample) if record else []
+    observers = [RunRecorder(echo_err, price=spec.price, on_sample=on_sample)] if record else []
     try:
         job = start_job(job, io, make_engine, observers, Start(detach=detach))
     finally:

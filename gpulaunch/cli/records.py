@@ -106,29 +106,20 @@ def rerun(
     """
     from gpulaunch.cli.common import exit_with, print_warnings, run_line
     from gpulaunch.cli.image import build_with_progress
-    from gpulaunch.errors import ConfigError
-    from gpulaunch.jobs.execute import JobIO, Start, plan_job, standard_observers, start_job
-    from gpulaunch.jobs.rerun import recorded_image, rerun_spec, tree_difference
+    from gpulaunch.jobs.execute import JobIO, Start, start_job
+    from gpulaunch.jobs.rerun import recorded_image, rerun_job, tree_difference
+    from gpulaunch.records.record import RunRecorder
     from gpulaunch.records.store import load
 
     current, project = load_project(config)
     record = load(project, ident)
     extra: list[str] = list(ctx.meta.get(AFTER_DASHDASH) or [])
-    spec = rerun_spec(record, current, extra, project)
-    spec.rebuild = rebuild
-    host = spec.opts.no_container
-    if current_code and host:
-        raise ConfigError("--current-code: a host-mode run always runs the tree as it is now")
-    spec.mount_project = current_code or host
-    tag = record.image and record.image.tag
-    try:  # the flags' validators (mounts, env, script) on the record's values
-        job = plan_job(spec, str(tag) if tag and not host else None)  # None: host or pending
-    except ConfigError as err:
-        raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
+    job = rerun_job(record, current, extra, project, rebuild=rebuild, current_code=current_code)
+    spec, host = job.spec, job.spec.opts.no_container
     print_warnings(job.plan.launch.warnings)
     _note_changed_command(ident, record.command, job.plan, extra)
     io = JobIO(sys.stdout.buffer, sys.stderr.buffer, echo_err, build_with_progress)
-    observers = standard_observers(spec, echo_err, rerun_of=ident)
+    observers = [RunRecorder(echo_err, price=spec.price, rerun_of=ident)]
     if spec.mount_project:
         differs = tree_difference(record, project)
         what = "this host runs" if host else "--current-code: the job runs"
@@ -144,7 +135,7 @@ def rerun(
     where, detach = (" on this host" if host else ""), spec.opts.detach
     how = Start(
         detach=detach,
-        image=recorded_image(record, rebuild, current_code),
+        image=functools.partial(recorded_image, record),
         ready=lambda job, _: echo_err(f"rerun of {ident}{where}: {run_line(job.plan, detach)}"),
     )
     exit_with(start_job(job, io, make_engine, observers, how), detach)

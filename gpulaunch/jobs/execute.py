@@ -1,7 +1,8 @@
 """The one job-start sequence of run, rerun, shell and smoke: plan (`plan_job`), then
 `start_job`: the image (built or reused), the container (or the host process tree) started,
 supervised and recorded. What differs between the four commands is data (`Start`); observers
-(run records, smoke's clock) see the job when it starts and when it ends.
+(run records: records.record.RunRecorder, smoke's clock) see the job when it starts and when
+it ends.
 """
 
 from __future__ import annotations
@@ -114,13 +115,11 @@ def start_job(
         if how.ready is not None:
             how.ready(job, client)
         write_run_files(job.plan, job.spec.project)
-        if client is None:
-            _run_on_this_host(job, io, observers)
-        elif how.detach:
+        if client is not None and how.detach:
             job.container = start(client, job.plan.run, io.say)  # ps/logs/stop see it end
             _tell(observers, "started", job)
         else:
-            _run_attached(job, client, io, observers, how.stop)
+            _run(job, client, io, observers, how.stop)
     except GpulaunchError as err:
         if client is not None:
             explain_error(job, err)  # a driver rule, a missing package, ...
@@ -143,39 +142,28 @@ def build_image(job: Job, engine: Any, io: JobIO) -> None:
     job.plan.run.image = job.build.tag
 
 
-def _run_on_this_host(job: Job, io: JobIO, observers: Sequence[Observer]) -> None:
-    """`run --no-container`: the same plan as a process tree on this machine."""
-    from gpulaunch.engine.host import run_on_host
-    from gpulaunch.engine.runspec import shell_line
-    from gpulaunch.engine.supervise import OutputTail
-
-    io.say(f"running on this host: {shell_line(job.plan.run.command)}")
-    _tell(observers, "started", job)
-    tail = OutputTail()  # the job's stderr passes through it: the explainer reads its end
-    try:
-        err_fd: int | None = io.err.fileno()
-    except (AttributeError, OSError, ValueError):
-        err_fd = None  # a stream without a descriptor (a test runner's): the job inherits
-    job.code = _with_restarts(
-        job, io, lambda: run_on_host(job.plan.run, job.spec.cwd, tail, err_fd)
-    )
-    if job.code:
-        job.explanation = _explain(job, tail.text(), job.code)
-    _tell(observers, "finished", job)
-
-
-def _run_attached(
+def _run(
     job: Job, engine: Any, io: JobIO, observers: Sequence[Observer], stop: threading.Event | None
 ) -> None:
-    """Start the container, stream its output, forward signals; the exit code in job.code.
+    """Run the job to its end, the exit code in job.code: a container (its output streamed,
+    signals forwarded, removed on every path) or, with no engine (`run --no-container`), the
+    same plan as a process tree on this machine.
 
-    Setting `stop` (smoke's timeout) stops the job as SIGTERM would, SIGKILL after the
-    stop timeout; the container is removed on every path."""
+    Setting `stop` (smoke's timeout) stops a container as SIGTERM would, SIGKILL after the
+    stop timeout."""
+    from gpulaunch.engine.host import run_on_host
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.engine.supervise import OutputTail, supervise
 
-    io.say(f"running {job.plan.run.name}: {shell_line(job.plan.run.command)}")
-    tails: list[OutputTail] = []
+    where = "on this host" if engine is None else job.plan.run.name
+    io.say(f"running {where}: {shell_line(job.plan.run.command)}")
+    # the job's output passes through a tail (the explainer reads its end): one per container
+    # attempt; on the host one for all attempts
+    tails: list[OutputTail] = [] if engine is not None else [OutputTail()]
+    try:
+        err_fd: int | None = io.err.fileno()
+    except (AttributeError, OSError, ValueError):
+        err_fd = None  # a stream without a descriptor (a test runner's): a host job inherits
 
     def on_started(container: Any) -> None:
         first = job.container is None
@@ -184,6 +172,8 @@ def _run_attached(
             _tell(observers, "started", job)
 
     def attempt() -> int:
+        if engine is None:
+            return run_on_host(job.plan.run, job.spec.cwd, tails[-1], err_fd)
         tails.append(OutputTail())
         return supervise(
             engine,
@@ -196,6 +186,8 @@ def _run_attached(
             tail=tails[-1],
         )
 
+    if engine is None:
+        _tell(observers, "started", job)
     job.code = _with_restarts(job, io, attempt)
     tail = tails[-1]
     job.explanation = _explain(job, tail.text(), job.code, tail.oom_killed)
@@ -245,13 +237,6 @@ def _with_restarts(job: Job, io: JobIO, attempt: Callable[[], int]) -> int:
             f"gpulaunch: attempt {len(job.attempts)} exited {code}; restarting "
             f"({len(job.attempts)}/{restarts})"
         )
-
-
-def standard_observers(spec: JobSpec, say: Callable[[str], None], **record: Any) -> list[Observer]:
-    """The observers every job gets: its run record (`record` goes to records.RunRecorder)."""
-    from gpulaunch.records.record import RunRecorder
-
-    return [RunRecorder(say, price=spec.price, **record)]
 
 
 def _tell(observers: Sequence[Observer], event: str, job: Job) -> None:

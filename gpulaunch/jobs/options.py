@@ -16,6 +16,7 @@ from gpulaunch.launch.options import RunOptions
 
 NPROC_MAX = 1024
 RESTARTS_MAX = 100
+NETWORKS = ("default", "host", "none")
 
 
 def _kind(annotation: str) -> str:
@@ -30,7 +31,7 @@ FLAGS: dict[str, tuple[str, str]] = {
 }
 
 # string flags that must be one non-empty line: all but SCRIPT (a path, checked where it is
-# resolved) and --network (one of three words, check_network)
+# resolved) and --network (one of NETWORKS, check_choice)
 _LINE_FLAGS = [
     name
     for name, (flag, kind) in FLAGS.items()
@@ -87,16 +88,18 @@ def check_flag_lines(flags: dict[str, Any]) -> None:
             raise ConfigError(f"{flag}: must not be empty")
 
 
-def check_network(network: str | None) -> None:
-    if network is not None and network not in ("default", "host", "none"):
-        raise ConfigError(f"--network: {network!r} is not default, host or none")
+def check_choice(flag: str, value: str | None, choices: tuple[str, ...]) -> None:
+    """A flag that takes one of a few words: unset, or one of `choices` (exit 2 naming them)."""
+    if value is not None and value not in choices:
+        words = ", ".join(choices[:-1]) + f" or {choices[-1]}"
+        raise ConfigError(f"{flag}: {value!r} is not {words}")
 
 
 def check_options(opts: RunOptions) -> None:
     """What `run` refuses on its flags (exit 2, one line naming the flag), for any RunOptions."""
 
     check_flag_lines({FLAGS[name][0]: getattr(opts, name) for name in _LINE_FLAGS})
-    check_network(opts.network)
+    check_choice("--network", opts.network, NETWORKS)
     if opts.nproc is not None and not 1 <= opts.nproc <= NPROC_MAX:
         raise ConfigError(f"--nproc: {opts.nproc} is not between 1 and {NPROC_MAX}")
     if not 0 <= opts.restarts <= RESTARTS_MAX:

@@ -99,8 +99,8 @@ def _refuse_masked(value: Any, where: str) -> None:
 def _same_place(record: RunRecord, project: Path) -> Path:
     """The recorded working folder, moved with the project: its path relative to the
     recorded project, inside `project`; the project itself when that is not a folder."""
-    recorded = Path(str(record.project or "."))
-    cwd = Path(str(record.cwd or recorded))
+    recorded = Path(_text_field(record, "project") or ".")
+    cwd = Path(_text_field(record, "cwd") or recorded)
     try:
         rel = cwd.relative_to(recorded)
     except ValueError:
@@ -116,7 +116,7 @@ def _checked(check: Any, *args: Any) -> Any:
     try:
         return check(*args)
     except ConfigError as err:
-        raise ConfigError(f"rerun: the record's {err.message}") from None
+        raise ConfigError(f"rerun: the record's {err.message}", hint=err.hint) from None
 
 
 def _text_field(record: RunRecord, name: str) -> str | None:
@@ -135,16 +135,26 @@ def _text_field(record: RunRecord, name: str) -> str | None:
     return value
 
 
-def rerun_spec(record: RunRecord, current_cfg: Any, extra: list[str], here: Path) -> Any:
-    """A JobSpec for the recorded run (its config, flags, working folder) plus `extra` args,
-    in the project `here` (where the record was found).
+def rerun_job(
+    record: RunRecord,
+    current_cfg: Any,
+    extra: list[str],
+    here: Path,
+    *,
+    rebuild: bool,
+    current_code: bool,
+) -> Any:
+    """The recorded run (its config, flags, working folder) plus `extra` args, planned in the
+    project `here` (where the record was found): on its recorded code, or today's tree with
+    `current_code` (a host run always runs today's tree).
 
     The record is data: its options go through the checks `run` makes on its flags
-    (jobs/options.py), its config through the config file's validation, its price through
-    --price's; anything they would refuse is refused here (exit 2, one line naming the field).
+    (jobs/options.py) and the plan's validators (mounts, env, script), its config through the
+    config file's validation, its price through --price's; anything they would refuse is
+    refused here (exit 2, one line naming the field).
     """
     from gpulaunch.config import validate_data
-    from gpulaunch.jobs.execute import JobSpec
+    from gpulaunch.jobs.execute import JobSpec, plan_job
     from gpulaunch.jobs.options import check_options, check_price, options_from_record
 
     config = _unmask(record.config, current_cfg.model_dump(mode="json"), "config")
@@ -168,17 +178,23 @@ def rerun_spec(record: RunRecord, current_cfg: Any, extra: list[str], here: Path
         opts.command = [*opts.command, *extra]
     else:
         opts.args = [*opts.args, *extra]
-    _text_field(record, "project")
-    _text_field(record, "cwd")
+    cwd = _same_place(record, here)
     config_file = _text_field(record, "config_file")
-    return JobSpec(
+    host = opts.no_container
+    if current_code and host:
+        raise ConfigError("--current-code: a host-mode run always runs the tree as it is now")
+    spec = JobSpec(
         cfg,
         here,
-        _same_place(record, here),
+        cwd,
         opts,
         config_file=None if config_file is None else Path(config_file),
+        rebuild=rebuild,
         price=price,
+        mount_project=current_code or host,
     )
+    tag = record.image and record.image.tag
+    return _checked(plan_job, spec, str(tag) if tag and not host else None)  # None: host or pending
 
 
 def reuse_image(job: Any, record: RunRecord, engine: Any) -> None:
@@ -255,17 +271,15 @@ def check_rebuild_matches(job: Any, record: RunRecord, engine: Any) -> None:
     )
 
 
-def recorded_image(record: RunRecord, rebuild: bool, current_code: bool) -> Any:
-    """How a rerun gets its image (`Start.image`): the recorded image id as it is; with
-    `rebuild`, a build, from the recorded code only when the tree gives the run's tag."""
+def recorded_image(record: RunRecord, job: Any, engine: Any, io: Any) -> None:
+    """How a rerun gets its image (`Start.image`, the record bound): the recorded image id as
+    it is; with --rebuild, a build, from the recorded code only when the tree gives the run's
+    tag."""
     from gpulaunch.jobs.execute import build_image
 
-    def image(job: Any, engine: Any, io: Any) -> None:
-        if not rebuild:
-            reuse_image(job, record, engine)
-            return
-        if not current_code:
-            check_rebuild_matches(job, record, engine)
-        build_image(job, engine, io)
-
-    return image
+    if not job.spec.rebuild:
+        reuse_image(job, record, engine)
+        return
+    if not job.spec.mount_project:  # the recorded code, not --current-code
+        check_rebuild_matches(job, record, engine)
+    build_image(job, engine, io)
