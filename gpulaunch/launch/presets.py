@@ -29,7 +29,6 @@ T = TypeVar("T")
 PRECISION_VAR = "GPULAUNCH_PRECISION"
 ALLOC_VAR = "PYTORCH_ALLOC_CONF"
 LEGACY_ALLOC_VAR = "PYTORCH_CUDA_ALLOC_CONF"
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DOCKER_KEYS = (
     "shm_size",
     "ipc",
@@ -72,6 +71,7 @@ _PRECISION_ENV: dict[str, dict[str, str]] = {
         "PL_TRAINER_PRECISION": "bf16-mixed",
     },
 }
+PRECISIONS = tuple(_PRECISION_ENV)  # fp32, tf32, fp16, bf16
 
 
 @dataclass(frozen=True)
@@ -288,23 +288,9 @@ def name_findings(env: Mapping[str, str]) -> list[tuple[str, str, EnvNameRule | 
 
 
 def precision_env(precision: str) -> dict[str, str]:
-    """Variables a precision mode sets. Only names that something really reads."""
-    try:
-        return dict(_PRECISION_ENV[precision])
-    except KeyError:
-        raise ConfigError(
-            f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}"
-        ) from None
-
-
-def gpu_compute_capability(name: str) -> tuple[int, int] | None:
-    """Compute capability of a GPU product name from the catalog, or None when unknown."""
-    from gpulaunch.catalog.compat import gpu_compute_capability as catalog_cc
-    from gpulaunch.catalog.data import version_key
-
-    cc = catalog_cc(name)  # a checked dotted version
-    key = version_key(cc) if cc else ()
-    return (key[0], key[1]) if len(key) >= 2 else None
+    """Variables a precision mode (one of PRECISIONS) sets. Only names that something really
+    reads."""
+    return dict(_PRECISION_ENV[precision])
 
 
 def detect_interconnect(env: Mapping[str, str] | None = None) -> str | None:

@@ -20,7 +20,6 @@ from gpulaunch.launch.presets import (
     PRECISIONS,
     builtin_specs,
     docker_dict,
-    gpu_compute_capability,
     name_findings,
     nccl_presets,
     precision_env,
@@ -66,27 +65,25 @@ class ResolvedLaunch:
 
 @dataclass(frozen=True)
 class _Entry:
+    """A profile of the namespace. `path` names it in errors and tells it apart (a user
+    profile may take a built-in's name); `source` names it in `profiles show`."""
+
     name: str
     origin: str  # BUILTIN_ORIGIN | CONFIG_ORIGIN
     spec: ProfileSpec
-
-    @property
-    def source(self) -> str:
-        if self.origin == BUILTIN_ORIGIN:
-            return f"built-in profile {self.name}"
-        return f"profile {self.name} ({CONFIG_ORIGIN})"
-
-    @property
-    def path(self) -> str:
-        if self.origin == BUILTIN_ORIGIN:
-            return f"built-in profile {self.name}"
-        return f"profiles.{self.name}"
+    path: str
+    source: str
 
 
 def _namespace(config: ProjectConfig | None) -> dict[str, _Entry]:
-    table = {n: _Entry(n, BUILTIN_ORIGIN, s) for n, s in builtin_specs().items()}
-    if config is not None:
-        table.update({n: _Entry(n, CONFIG_ORIGIN, s) for n, s in config.profiles.items()})
+    table = {}
+    for name, spec in builtin_specs().items():
+        said = f"built-in profile {name}"
+        table[name] = _Entry(name, BUILTIN_ORIGIN, spec, said, said)
+    for name, spec in config.profiles.items() if config is not None else ():
+        table[name] = _Entry(
+            name, CONFIG_ORIGIN, spec, f"profiles.{name}", f"profile {name} ({CONFIG_ORIGIN})"
+        )
     return table
 
 
@@ -100,71 +97,57 @@ def list_profiles(config: ProjectConfig | None) -> list[tuple[str, str, str]]:
     return sorted(rows, key=lambda row: (row[0] != "default", row[0]))
 
 
-class _Chains:
-    """`extends` chains of one profile namespace, each link followed once (memoised).
-
-    Resolving every profile of a 2000-long chain used to walk it again per profile and
-    compare against every link seen: cubic time. Here each entry's chain is computed once
-    and reused by every profile that extends it. A user profile that extends its own name
-    extends the built-in of that name.
-    """
-
-    def __init__(self, table: Mapping[str, _Entry]) -> None:
-        self.table = table
-        self.builtins = _namespace(None)
-        self.checked: set[tuple[str, str]] = set()
-
-    def parent(self, current: _Entry) -> _Entry | None:
-        parent_name = current.spec.extends
-        if parent_name is None:
-            return None
-        if parent_name == current.name and current.origin == CONFIG_ORIGIN:
-            parent = self.builtins.get(parent_name)
-            if parent is None:
-                raise ConfigError(
-                    f"{current.path}.extends: {parent_name!r} extends itself "
-                    "(only a built-in profile of the same name may be extended this way)"
-                )
-            return parent
-        parent = self.table.get(parent_name)
+def _parent(table: Mapping[str, _Entry], entry: _Entry) -> _Entry | None:
+    """The profile `entry` extends. A user profile that extends its own name extends the
+    built-in of that name."""
+    name = entry.spec.extends
+    if name is None:
+        return None
+    if name == entry.name and entry.origin == CONFIG_ORIGIN:
+        parent = _namespace(None).get(name)
         if parent is None:
             raise ConfigError(
-                f"{current.path}.extends: unknown profile {parent_name!r} "
-                f"(available: {', '.join(sorted(self.table))})"
+                f"{entry.path}.extends: {name!r} extends itself "
+                "(only a built-in profile of the same name may be extended this way)"
             )
         return parent
+    parent = table.get(name)
+    if parent is None:
+        raise ConfigError(
+            f"{entry.path}.extends: unknown profile {name!r} "
+            f"(available: {', '.join(sorted(table))})"
+        )
+    return parent
 
-    def check(self, start: _Entry) -> None:
-        """Follow `start`'s links until a profile already checked; each link is followed once
-        over all calls."""
-        walk: list[_Entry] = []
-        on_walk: set[tuple[str, str]] = set()
-        current: _Entry | None = start
-        while current is not None:
-            ident = (current.name, current.origin)
-            if ident in self.checked:
-                break
-            if ident in on_walk:
-                raise _cycle_error(walk, current)
-            walk.append(current)
-            on_walk.add(ident)
-            current = self.parent(current)
-        self.checked.update(on_walk)
 
-    def chain(self, start: _Entry) -> list[_Entry]:
-        """`start` and its ancestors, root first."""
-        self.check(start)
-        out: list[_Entry] = []
+def _check_extends(table: Mapping[str, _Entry]) -> None:
+    """Every profile's `extends` chain resolves, without a cycle. Each link is followed once
+    over all profiles: walking a 2000-long chain again per profile was cubic time."""
+    checked: set[str] = set()  # paths
+    for start in table.values():
+        walk: dict[str, _Entry] = {}
         current: _Entry | None = start
-        while current is not None:
-            out.append(current)
-            current = self.parent(current)
-        return list(reversed(out))
+        while current is not None and current.path not in checked:
+            if current.path in walk:
+                raise _cycle_error(list(walk.values()), current)
+            walk[current.path] = current
+            current = _parent(table, current)
+        checked.update(walk)
+
+
+def _chain(table: Mapping[str, _Entry], start: _Entry) -> list[_Entry]:
+    """`start` and its ancestors, root first (after _check_extends)."""
+    out: list[_Entry] = []
+    current: _Entry | None = start
+    while current is not None:
+        out.append(current)
+        current = _parent(table, current)
+    return out[::-1]
 
 
 def _cycle_error(seen: list[_Entry], again: _Entry) -> ConfigError:
     """Name the first gpulaunch.yaml profile in the loop: only the user can have made it."""
-    start = next(i for i, e in enumerate(seen) if (e.name, e.origin) == (again.name, again.origin))
+    start = next(i for i, e in enumerate(seen) if e.path == again.path)
     loop = seen[start:]
     first = next((i for i, e in enumerate(loop) if e.origin == CONFIG_ORIGIN), 0)
     loop = loop[first:] + loop[:first]
@@ -256,9 +239,7 @@ def resolve_launch(
     """
     cli_layer = _cli_layer(cli)  # first: a bad --env is named before any profile error
     table = _namespace(config)
-    chains = _Chains(table)
-    for entry in table.values():  # every profile must resolve, selected or not
-        chains.check(entry)
+    _check_extends(table)  # every profile must resolve, selected or not
 
     name, flag = cli.profile, "--profile"
     if name is None:
@@ -267,9 +248,9 @@ def resolve_launch(
         raise ConfigError(
             f"{flag}: unknown profile {name!r} (available: {', '.join(sorted(table))})"
         )
-    base_chain = chains.chain(table["default"]) if "default" in table else []
-    base_ids = {(e.name, e.origin) for e in base_chain}
-    selected_chain = [e for e in chains.chain(table[name]) if (e.name, e.origin) not in base_ids]
+    base_chain = _chain(table, table["default"]) if "default" in table else []
+    base_paths = {e.path for e in base_chain}
+    selected_chain = [e for e in _chain(table, table[name]) if e.path not in base_paths]
     layers = [
         *(_profile_layer(e) for e in base_chain),
         _launch_layer(config),
@@ -410,9 +391,13 @@ def _ifname_env(ifname: str, env: dict[str, Sourced]) -> list[str]:
 def _check_precision_hardware(
     mode: str, path: str, gpu_names: Sequence[str], warnings: list[str]
 ) -> None:
+    from gpulaunch.catalog.compat import gpu_compute_capability
+    from gpulaunch.catalog.data import version_key
+
     for gpu in dict.fromkeys(gpu_names):
-        cc = gpu_compute_capability(gpu)
-        if cc is None or cc >= (8, 0):
+        found = gpu_compute_capability(gpu)  # a checked dotted version
+        cc = version_key(found)[:2] if found else ()
+        if len(cc) < 2 or cc >= (8, 0):
             continue
         if mode == "bf16":
             raise ConfigError(
