@@ -151,7 +151,6 @@ def _run(
 
     Setting `stop` (smoke's timeout) stops a container as SIGTERM would, SIGKILL after the
     stop timeout."""
-    from gpulaunch.engine.host import run_on_host
     from gpulaunch.engine.runspec import shell_line
     from gpulaunch.engine.supervise import OutputTail, supervise
 
@@ -173,6 +172,8 @@ def _run(
 
     def attempt() -> int:
         if engine is None:
+            from gpulaunch.engine.host import run_on_host  # a container run needs none of it
+
             return run_on_host(job.plan.run, job.spec.cwd, tails[-1], err_fd)
         tails.append(OutputTail())
         return supervise(
