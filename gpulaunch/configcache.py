@@ -36,7 +36,7 @@ from typing import Any
 from gpulaunch import __version__
 from gpulaunch.configview import VALIDATION_CODE, ConfigView, Model, decode, encode, same
 from gpulaunch.errors import GpulaunchError
-from gpulaunch.fsio import cache_dir, cache_root, read_cache, write_cache
+from gpulaunch.fsio import cache_dir, cache_root, identity, read_cache, write_cache
 from gpulaunch.yamlio import CONFIG_NAME, read_bytes
 
 FORMAT = 1
@@ -99,9 +99,7 @@ def cache_key(raw: bytes, path: Path, overrides: Sequence[str]) -> str:
             st = os.stat(origin) if origin else None
         except OSError:
             st = None
-        # a reinstall writes new files: another inode and ctime even where size and mtime match
-        ident = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) if st else None
-        libs.append([lib, origin, ident])
+        libs.append([lib, origin, identity(st) if st else None])
     parts = [
         FORMAT,
         hashlib.sha256(raw).hexdigest(),

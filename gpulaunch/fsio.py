@@ -198,6 +198,14 @@ def open_stream(path: Path, *, root: Path, append: bool = False) -> Iterator[Tex
         yield fh
 
 
+def identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """A file as every cache keys it by its stat: device, inode, size, mtime and ctime in ns.
+    A file replaced by rename with the same size and mtime (cp -p, rsync -t, an archive, an
+    install that keeps a wheel's times) is another inode; `touch -r` after an edit, or a
+    rewrite in place, still moves the ctime, which no one sets back."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 # -- caches: speed only, never trusted --------------------------------------------------
 def _xdg(variable: str, *default: str) -> Path:
     """$variable/gpulaunch, else ~/default/gpulaunch (a relative value is ignored, as XDG

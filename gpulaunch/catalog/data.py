@@ -514,7 +514,7 @@ def check_overlay(data: dict[str, Any], label: str) -> None:
 
 
 @functools.cache
-def _load_merged(key: tuple[tuple[str, int, int], ...]) -> Catalog:
+def _load_merged(key: tuple[tuple[str, tuple[int, ...]], ...]) -> Catalog:
     from gpulaunch.catalog import overlay
 
     catalog = _merged([overlay.read_overlay(Path(path)) for path, *_ in key])

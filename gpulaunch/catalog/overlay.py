@@ -76,19 +76,17 @@ def _yaml_in(folder: Path) -> list[Path]:
         raise ConfigError(f"{folder}: cannot read: {err.strerror}") from None
 
 
-def fingerprint(paths: list[Path]) -> tuple[tuple[str, int, int, int, int], ...]:
-    """What identifies the overlays' contents cheaply: the cache key of the merged catalog
-    and part of the tag cache's. Path, size, mtime, inode and ctime: a file replaced by
-    rename with the same size and mtime (cp -p, rsync -t, an archive) is another inode, and
-    `touch -r` after an edit moves the ctime."""
-    out = []
+def fingerprint(paths: list[Path]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """What identifies the overlays' contents cheaply: each path and its `fsio.identity`
+    (empty when missing), the cache key of the merged catalog and part of the tag cache's."""
+    from gpulaunch.fsio import identity
+
+    out: list[tuple[str, tuple[int, ...]]] = []
     for path in paths:
         try:
-            st = path.stat()
+            out.append((str(path), identity(path.stat())))
         except OSError:
-            out.append((str(path), -1, -1, -1, -1))
-        else:
-            out.append((str(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+            out.append((str(path), ()))
     return tuple(out)
 
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from gpulaunch.engine import daycache
 from gpulaunch.engine.buildspec import DockerCli
-from gpulaunch.fsio import read_back
+from gpulaunch.fsio import identity, read_back
 
 
 def client_version(text: str) -> str:
@@ -195,5 +195,4 @@ def _identity(path: str) -> list[str]:
         st = os.stat(path)
     except OSError:
         return [path]
-    stamps = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return [path, os.path.realpath(path), *map(str, stamps)]
+    return [path, os.path.realpath(path), *map(str, identity(st))]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Literal, Protocol
 
 from gpulaunch.errors import ConfigError
+from gpulaunch.fsio import identity
 
 ALWAYS_EXCLUDED = ("gpulaunch.yaml", "gpulaunch.yml", ".gpulaunch", ".dockerignore")
 # Credentials a project folder often holds: never copied into an image by `COPY . /workspace`.
@@ -329,7 +330,7 @@ def hash_entries(
 def stat_key(rel: str, st: os.stat_result) -> str:
     """What a file's content digest is remembered by: its name, device, inode, size and
     both times in ns (a rewrite changes ctime, which no one sets back)."""
-    parts = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    parts = identity(st)
     return hashlib.sha256(f"{rel}\0{parts}".encode("utf-8", "surrogateescape")).hexdigest()
 
 

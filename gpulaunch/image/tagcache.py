@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from gpulaunch import __version__
 from gpulaunch.engine.buildspec import Builder
 from gpulaunch.errors import ConfigError
-from gpulaunch.fsio import read_cache, write_cache
+from gpulaunch.fsio import identity, read_cache, write_cache
 from gpulaunch.image.build import build_args, context_entries, read_dockerignore
 from gpulaunch.planreads import PlanReads
 from gpulaunch.project.layout import output_folders
@@ -76,10 +76,9 @@ class Hit:
     reads: PlanReads | None = None
 
 
-def _tree_stat(root: Path) -> list[tuple[str, int, int, int, int]]:
-    """Each file's identity: a file replaced by rename with the same size and mtime (cp -p,
-    an install that keeps the wheel's times) is another inode and ctime."""
-    out: list[tuple[str, int, int, int, int]] = []
+def _tree_stat(root: Path) -> list[tuple[str, tuple[int, ...]]]:
+    """Each file below `root` and its `fsio.identity`."""
+    out: list[tuple[str, tuple[int, ...]]] = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
@@ -87,8 +86,7 @@ def _tree_stat(root: Path) -> list[tuple[str, int, int, int, int]]:
                 st = os.stat(os.path.join(folder, name))
             except OSError:
                 continue
-            path = os.path.join(folder, name)
-            out.append((path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+            out.append((os.path.join(folder, name), identity(st)))
     return out
 
 
